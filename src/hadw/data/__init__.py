@@ -1,0 +1,39 @@
+"""Prompt sources: built-in procedural tasks, benchmark / training files, and prompt templates.
+
+Importing this package is cheap (no torch, no datasets, no pyarrow until a file is read).
+"""
+
+from hadw.data.answers import after_hashes, extract_answer, last_boxed
+from hadw.data.files import BENCHMARKS, iter_rows, load_benchmark, load_dataset_file
+from hadw.data.layouts import LAYOUTS, PAPER_SUFFIX, FieldMap, Layout, detect_layout, get_layout
+from hadw.data.problem import DatasetError, Problem
+from hadw.data.tasks import TASKS, Task, TaskStream, column_operations, get_task, make_task, sample_problems
+from hadw.data.templates import TEMPLATES, fill_template, render_prompt
+
+__all__ = [
+    "BENCHMARKS",
+    "LAYOUTS",
+    "PAPER_SUFFIX",
+    "TASKS",
+    "TEMPLATES",
+    "DatasetError",
+    "FieldMap",
+    "Layout",
+    "Problem",
+    "Task",
+    "TaskStream",
+    "after_hashes",
+    "column_operations",
+    "detect_layout",
+    "extract_answer",
+    "fill_template",
+    "get_layout",
+    "get_task",
+    "iter_rows",
+    "last_boxed",
+    "load_benchmark",
+    "load_dataset_file",
+    "make_task",
+    "render_prompt",
+    "sample_problems",
+]

@@ -1,0 +1,139 @@
+"""Load Problems from files: JSONL, parquet, or a local Hugging Face `datasets` directory.
+
+Every row goes through a FieldMap (see layouts.py). A row that does not fit raises DatasetError naming
+the file, the line (JSONL, 1-based) or row (parquet / HF, 0-based) and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from hadw.data.layouts import FieldError, FieldMap, Layout, detect_layout, get_layout, row_to_problem
+from hadw.data.problem import DatasetError, Problem
+
+# Benchmark name -> file path under the shared data dir (see /work/shared/data/README.md).
+BENCHMARKS: dict[str, str] = {
+    "math500": "math500/test.jsonl",
+    "aime25": "aime25/test.jsonl",
+    "amc23": "amc23/test.jsonl",
+    "minerva_math": "minerva_math/test.jsonl",
+    "olympiadbench": "olympiadbench/test.jsonl",
+    "gsm8k": "gsm8k/test.jsonl",
+    "math_train": "math_train/train.parquet",
+}
+# The layout of each benchmark file (the file name alone does not say it).
+BENCHMARK_LAYOUTS: dict[str, str] = {name: name for name in BENCHMARKS} | {"math_train": "verl"}
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield where, row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    index = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+        for row in batch.to_pylist():
+            yield f"{path}: row {index} (0-based)", row
+            index += 1
+
+
+def _hf_rows(path: Path, split: str | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    import datasets
+
+    if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
+        data = datasets.load_from_disk(str(path))  # a save_to_disk() directory
+    else:
+        data = datasets.load_dataset(str(path))  # a local dataset folder (data files / loading script)
+    if isinstance(data, datasets.DatasetDict):
+        if split is None:
+            if len(data) != 1:
+                raise DatasetError(f"{path}: holds splits {list(data)}; pass split= one of them")
+            split = next(iter(data))
+        if split not in data:
+            raise DatasetError(f"{path}: no split {split!r}; allowed: {', '.join(data)}")
+        data = data[split]
+    for index, row in enumerate(data):
+        yield f"{path}: row {index} (0-based)", row
+
+
+def iter_rows(path: str | Path, split: str | None = None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(location, row) pairs from a .jsonl / .json-lines, .parquet file or a HF datasets directory."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file or directory")
+    if path.is_dir():
+        return _hf_rows(path, split)
+    if path.suffix in (".jsonl", ".json"):
+        return _jsonl_rows(path)
+    if path.suffix == ".parquet":
+        return _parquet_rows(path)
+    raise DatasetError(f"{path}: unknown file type {path.suffix!r}; allowed: .jsonl, .json, .parquet, a directory")
+
+
+def _resolve_layout(path: Path, layout: str | FieldMap, first_row: Mapping[str, Any]) -> tuple[FieldMap, str]:
+    """(field map, source name). "auto" trusts a benchmark folder name first, then the row's keys."""
+    if isinstance(layout, FieldMap):
+        return layout, path.stem
+    if layout == "auto":
+        folder = path.parent.name if path.is_file() else path.name
+        if folder in BENCHMARKS:
+            return get_layout(BENCHMARK_LAYOUTS[folder]).fields, folder
+        found: Layout = detect_layout(first_row)
+        return found.fields, found.name
+    return get_layout(layout).fields, layout
+
+
+def load_dataset_file(
+    path: str | Path,
+    layout: str | FieldMap = "auto",
+    limit: int | None = None,
+    source: str | None = None,
+    split: str | None = None,
+) -> list[Problem]:
+    """Problems from one file or HF directory.
+
+    layout: "auto", a name in LAYOUTS, or a FieldMap. source: the Problem.source / uid prefix (default:
+    the benchmark folder name, the layout name, or the file stem for a FieldMap). limit: first N rows.
+    split: for a HF directory with several splits.
+    """
+    if not isinstance(layout, FieldMap) and layout != "auto":
+        get_layout(layout)  # fail on an unknown name before reading anything
+    path = Path(path)
+    rows = iter_rows(path, split)
+    problems: list[Problem] = []
+    fields: FieldMap | None = None
+    for index, (where, row) in enumerate(islice(rows, limit)):
+        if fields is None:
+            fields, default_source = _resolve_layout(path, layout, row)
+            source = source or default_source
+        try:
+            problems.append(row_to_problem(row, fields, source, index))
+        except FieldError as e:
+            raise DatasetError(f"{where}: {e}") from None
+    return problems
+
+
+def load_benchmark(name: str, data_dir: str | Path, limit: int | None = None) -> list[Problem]:
+    """A benchmark by name from the shared data dir: math500, aime25, amc23, minerva_math,
+    olympiadbench, gsm8k, math_train."""
+    if name not in BENCHMARKS:
+        raise DatasetError(f"unknown benchmark {name!r}; allowed: {', '.join(BENCHMARKS)}")
+    path = Path(data_dir) / BENCHMARKS[name]
+    return load_dataset_file(path, layout=BENCHMARK_LAYOUTS[name], limit=limit, source=name)

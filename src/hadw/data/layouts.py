@@ -1,0 +1,206 @@
+"""Field mappings ("layouts"): how to read a Problem out of one raw dataset row.
+
+A FieldMap names the row fields (dotted paths reach into nested dicts, e.g. "reward_model.ground_truth")
+and, where the raw value is not yet the text we want, a function that converts it (the last \\boxed{}
+of a MATH solution, the number after "####" in GSM8K, 27.0 -> "27" for AMC). LAYOUTS holds one
+ready-made FieldMap per known file format; `detect_layout` picks one from a row's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hadw.data.answers import after_hashes, last_boxed, number_string, strip_dollars
+from hadw.data.problem import DatasetError, Problem
+
+# The instruction the paper appends to every question; verl-layout files already carry it, and we strip
+# it so that rendering with the "paper" template does not add it twice.
+PAPER_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+class FieldError(DatasetError):
+    """A field is missing or its value cannot be converted; the loader adds the file and line."""
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise FieldError(f"expected a string, got {type(value).__name__} {value!r:.80}")
+    return value
+
+
+def _boxed_answer(solution: Any) -> str:
+    answer = last_boxed(_text(solution))
+    if answer is None:
+        raise FieldError("no \\boxed{...} answer in the solution")
+    return answer
+
+
+def _hashes_answer(rationale: Any) -> str:
+    answer = after_hashes(_text(rationale))
+    if answer is None:
+        raise FieldError("no '#### N' answer in the rationale")
+    return answer
+
+
+def _number_answer(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise FieldError(f"expected a number, got {type(value).__name__} {value!r:.80}")
+    return number_string(value)
+
+
+def _single_list_answer(value: Any) -> str:
+    if not (isinstance(value, list | tuple) and len(value) == 1):
+        raise FieldError(f"expected a list holding one answer, got {value!r:.80}")
+    return strip_dollars(_text(value[0]))
+
+
+def _chat_question(messages: Any) -> str:
+    """The text of the (last) user message of a chat list, with the paper's instruction removed."""
+    if not isinstance(messages, list | tuple):
+        raise FieldError(f"expected a list of chat messages, got {type(messages).__name__}")
+    users = [m.get("content") for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    if not users:
+        raise FieldError("no message with role 'user' in the chat list")
+    question = _text(users[-1]).strip()
+    return question.removesuffix(PAPER_SUFFIX).rstrip()
+
+
+def _math_level(value: Any) -> int | str | None:
+    """"Level 3" -> 3, 3 -> 3; anything else ("Level ?" in a few MATH rows) is kept as the string."""
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value).strip().removeprefix("Level").strip()
+    return int(text) if text.isdigit() else str(value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Where the Problem fields live in a row, and how to convert them.
+
+    question/answer/level/uid: dotted field paths; level and uid may be None (then level is None and
+    the uid is "<source>:<row index>"). *_fn: applied to the raw field value.
+    """
+
+    question: str
+    answer: str
+    level: str | None = None
+    uid: str | None = None
+    question_fn: Callable[[Any], str] = _text
+    answer_fn: Callable[[Any], str] = _text
+    level_fn: Callable[[Any], int | str | None] = _identity
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A named FieldMap, plus the keys whose presence in a row identifies this layout."""
+
+    name: str
+    fields: FieldMap
+    detect: frozenset[str]
+    description: str
+
+
+def _layout(name: str, fields: FieldMap, detect: set[str], description: str) -> Layout:
+    return Layout(name, fields, frozenset(detect), description)
+
+
+# Order matters for detection: the first layout whose `detect` keys are all in the row wins.
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout
+    for layout in [
+        _layout(
+            "verl",
+            FieldMap("prompt", "reward_model.ground_truth", uid="extra_info.index", question_fn=_chat_question),
+            {"prompt", "reward_model"},
+            "verl RL parquet: `prompt` chat list (paper instruction stripped), `reward_model.ground_truth`",
+        ),
+        _layout(
+            "olympiadbench",
+            FieldMap("question", "final_answer", uid="id", answer_fn=_single_list_answer),
+            {"question", "final_answer"},
+            "OlympiadBench: `question`, `final_answer` = [one string], $...$ stripped",
+        ),
+        _layout(
+            "math500",
+            FieldMap("problem", "answer", level="level", uid="unique_id", level_fn=_math_level),
+            {"problem", "answer", "unique_id"},
+            "MATH500: `problem`, `answer` (LaTeX, no $), `level` 1-5, `unique_id`",
+        ),
+        _layout(
+            "math",
+            FieldMap("problem", "solution", level="level", answer_fn=_boxed_answer, level_fn=_math_level),
+            {"problem", "solution", "level"},
+            'MATH (Hendrycks): `problem`, answer = last \\boxed{} of `solution`, `level` "Level 3" -> 3',
+        ),
+        _layout(
+            "minerva_math",
+            FieldMap("problem", "solution", uid="idx", answer_fn=_boxed_answer),
+            {"problem", "solution"},
+            "Minerva Math: `problem`, answer = the \\boxed{} in `solution`, `idx`",
+        ),
+        _layout(
+            "amc23",
+            FieldMap("problem", "answer", uid="id", answer_fn=_number_answer),
+            {"problem", "answer", "id"},
+            "AMC23: `problem`, `answer` a JSON float (27.0 -> \"27\"), `id`",
+        ),
+        _layout(
+            "gsm8k",
+            FieldMap("question", "answer", uid="idx", answer_fn=_hashes_answer),
+            {"question", "answer"},
+            "GSM8K: `question`, answer = the number after '####' in `answer` (commas removed)",
+        ),
+        _layout(
+            "aime25",
+            FieldMap("problem", "answer", answer_fn=_number_answer),
+            {"problem", "answer"},
+            "AIME-style: `problem`, `answer` (string or number)",
+        ),
+    ]
+}
+
+
+def get_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise DatasetError(f"unknown layout {name!r}; allowed: auto, {', '.join(LAYOUTS)}") from None
+
+
+def detect_layout(row: Mapping[str, Any]) -> Layout:
+    """The first layout whose identifying keys all appear in `row`."""
+    for layout in LAYOUTS.values():
+        if layout.detect <= row.keys():
+            return layout
+    raise DatasetError(
+        f"cannot detect the layout of a row with fields {sorted(row)}; pass layout= one of "
+        f"{', '.join(LAYOUTS)} or a FieldMap"
+    )
+
+
+def get_field(row: Mapping[str, Any], path: str) -> Any:
+    """row["a"]["b"] for path "a.b"; FieldError naming the missing part and the fields that exist."""
+    value: Any = row
+    for i, key in enumerate(path.split(".")):
+        if not isinstance(value, Mapping) or key not in value:
+            where = ".".join(path.split(".")[:i]) or "the row"
+            have = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+            raise FieldError(f"missing field {path!r} ({where} has: {have})")
+        value = value[key]
+    return value
+
+
+def row_to_problem(row: Mapping[str, Any], fields: FieldMap, source: str, index: int) -> Problem:
+    """One Problem from one row; `index` (0-based position in the file) makes the fallback uid."""
+    question = fields.question_fn(get_field(row, fields.question))
+    answer = fields.answer_fn(get_field(row, fields.answer))
+    level = fields.level_fn(get_field(row, fields.level)) if fields.level else None
+    uid = get_field(row, fields.uid) if fields.uid else index
+    return Problem(question=question, answer=answer, level=level, source=source, uid=f"{source}:{uid}")
+

@@ -1,0 +1,28 @@
+"""The one record every prompt source yields, and the error a bad dataset row raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its gold answer.
+
+    question: the bare question text (no instruction suffix; templates add that).
+    answer:   the gold answer as a string ("85", "\\frac{14}{3}", "(3, \\frac{\\pi}{2})").
+    level:    difficulty level where the source has one (MATH: 1-5, built-in tasks: 1-5), else None.
+    source:   where it came from: a task name ("addition") or a dataset name ("math500").
+    uid:      stable id, unique within a run: "math500:test/precalculus/807.json", "addition:L2:0:17".
+    """
+
+    question: str
+    answer: str
+    level: int | str | None
+    source: str
+    uid: str
+
+
+class DatasetError(ValueError):
+    """A dataset file, row or option that cannot be turned into Problems. The message names the
+    file, the line (JSONL, 1-based) or row (parquet / HF, 0-based), and the field or allowed values."""
