@@ -1,0 +1,210 @@
+"""Difficulty anchors C_t: a running belief of the policy's current solving ability (method.md §3.1).
+
+An anchor sees exactly one observation per rollout batch, y_t = mean correctness over ALL responses of
+the batch (degenerate groups included, before any dynamic-sampling filter), through `observe(y_t)`,
+which returns the value C that HA-DW compares each prompt's p̂ with for this batch:
+
+    window  mean of the last k observations, the current one included (the authors' released code)
+    kalman  paper eqs. 8–12: C⁺ = (1 − η_t) C⁻ + η_t y_t, η_t = clip(η · σ_t, 0, 1); weights use C⁻
+    ema     fixed-rate exponential average, C⁺ = (1 − α) C⁻ + α y_t; weights use C⁻
+    fixed   a constant threshold (paper Table 2 ablation)
+
+`prior` is the belief before the next observation (None until the first one, for the learned kinds).
+State is plain floats and lists, so `state_dict()` round-trips through JSON and checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+def _check_accuracy(y: float) -> float:
+    y = float(y)
+    if not (0.0 <= y <= 1.0) or math.isnan(y):
+        raise ValueError(f"batch accuracy must lie in [0, 1], got {y}")
+    return y
+
+
+class Anchor(ABC):
+    kind: str = ""
+
+    @property
+    @abstractmethod
+    def prior(self) -> float | None:
+        """C_t⁻: the belief before the next observation; None before the first observation."""
+
+    @abstractmethod
+    def observe(self, batch_accuracy: float) -> float:
+        """Absorb y_t (once per rollout batch) and return the C to weight this batch with."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def _check_kind(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != self.kind:
+            raise ValueError(f"anchor state is of kind {state.get('kind')!r}, this anchor is {self.kind!r}")
+
+
+class FixedAnchor(Anchor):
+    kind = "fixed"
+
+    def __init__(self, value: float = 0.5):
+        self.value = _check_accuracy(value)
+
+    @property
+    def prior(self) -> float:
+        return self.value
+
+    def observe(self, batch_accuracy: float) -> float:
+        _check_accuracy(batch_accuracy)
+        return self.value
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
+        self.value = float(state["value"])
+
+
+class WindowAnchor(Anchor):
+    """Mean of the last `k` batch accuracies, the current batch included (authors' code, App. F)."""
+
+    kind = "window"
+
+    def __init__(self, k: int = 10):
+        if k < 1:
+            raise ValueError(f"window anchor needs k >= 1, got {k}")
+        self.k = int(k)
+        self.history: list[float] = []
+
+    @property
+    def prior(self) -> float | None:
+        return sum(self.history) / len(self.history) if self.history else None
+
+    def observe(self, batch_accuracy: float) -> float:
+        self.history = [*self.history, _check_accuracy(batch_accuracy)][-self.k :]
+        return sum(self.history) / len(self.history)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "k": self.k, "history": list(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
+        self.k = int(state["k"])
+        self.history = [float(v) for v in state["history"]]
+
+
+class EMAAnchor(Anchor):
+    """Exponential moving average with a fixed rate; initialised from the first batch."""
+
+    kind = "ema"
+
+    def __init__(self, alpha: float = 0.2):
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"ema anchor needs alpha in (0, 1], got {alpha}")
+        self.alpha = float(alpha)
+        self.belief: float | None = None
+
+    @property
+    def prior(self) -> float | None:
+        return self.belief
+
+    def observe(self, batch_accuracy: float) -> float:
+        y = _check_accuracy(batch_accuracy)
+        used = y if self.belief is None else self.belief
+        self.belief = y if self.belief is None else (1 - self.alpha) * self.belief + self.alpha * y
+        return used
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "alpha": self.alpha, "belief": self.belief}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
+        self.alpha = float(state["alpha"])
+        self.belief = None if state["belief"] is None else float(state["belief"])
+
+
+class KalmanAnchor(Anchor):
+    """The paper's update (eqs. 8–12) with the choices it leaves open made explicit.
+
+    η_t = clip(η · σ_t, eta_min, 1), σ_t = population std of the previous `m` beliefs. The paper's
+    rule is self-referential: beliefs that barely move give a small σ, hence a small η_t, hence beliefs
+    that barely move. So:
+    - initialisation: the first observation sets the belief (C_1 = y_1);
+    - warm-up: while fewer than `m` beliefs exist, η_t = 1/t (the running mean of the observations, the
+      best estimate of a constant accuracy), which also seeds the belief history with real spread;
+    - `eta_min` (default 0, the paper's rule) can floor the gain so the anchor never freezes.
+    Weights use the prior C_t⁻ (the belief before this batch's y_t is absorbed).
+    """
+
+    kind = "kalman"
+
+    def __init__(self, eta: float = 1.0, m: int = 10, eta_min: float = 0.0):
+        if eta < 0 or m < 2 or not 0.0 <= eta_min <= 1.0:
+            raise ValueError(f"kalman anchor needs eta >= 0, m >= 2, eta_min in [0, 1]; got {eta}, {m}, {eta_min}")
+        self.eta, self.m, self.eta_min = float(eta), int(m), float(eta_min)
+        self.beliefs: list[float] = []  # C_1..C_t, the last m kept
+        self.steps = 0
+        self.last_gain: float | None = None
+
+    @property
+    def prior(self) -> float | None:
+        return self.beliefs[-1] if self.beliefs else None
+
+    def gain(self) -> float:
+        """η_t for the next observation."""
+        if len(self.beliefs) < self.m:
+            return 1.0 / (self.steps + 1)
+        mean = sum(self.beliefs) / len(self.beliefs)
+        sigma = math.sqrt(sum((b - mean) ** 2 for b in self.beliefs) / len(self.beliefs))
+        return min(1.0, max(self.eta_min, self.eta * sigma))
+
+    def observe(self, batch_accuracy: float) -> float:
+        y = _check_accuracy(batch_accuracy)
+        prior = y if not self.beliefs else self.beliefs[-1]
+        self.last_gain = self.gain()
+        posterior = (1 - self.last_gain) * prior + self.last_gain * y
+        self.beliefs = [*self.beliefs, posterior][-self.m :]
+        self.steps += 1
+        return prior
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "eta": self.eta,
+            "m": self.m,
+            "eta_min": self.eta_min,
+            "beliefs": list(self.beliefs),
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
+        self.eta, self.m, self.eta_min = float(state["eta"]), int(state["m"]), float(state["eta_min"])
+        self.beliefs = [float(b) for b in state["beliefs"]]
+        self.steps = int(state["steps"])
+
+
+ANCHORS: dict[str, type[Anchor]] = {
+    cls.kind: cls for cls in (WindowAnchor, KalmanAnchor, EMAAnchor, FixedAnchor)
+}
+
+
+def make_anchor(kind: str = "window", **options: Any) -> Anchor:
+    """Build an anchor by name: window (default, k=10), kalman (eta, m, eta_min), ema (alpha), fixed (value)."""
+    if kind not in ANCHORS:
+        raise ValueError(f"unknown anchor kind {kind!r}; allowed: {', '.join(ANCHORS)}")
+    return ANCHORS[kind](**options)
+
+
+def anchor_from_state(state: dict[str, Any]) -> Anchor:
+    """Rebuild an anchor (kind and parameters included) from its `state_dict()`."""
+    anchor = make_anchor(state["kind"]) if state["kind"] != "fixed" else FixedAnchor(state["value"])
+    anchor.load_state_dict(state)
+    return anchor

@@ -1,0 +1,94 @@
+"""HA-DW weights (method.md §3.2, paper eqs. 13–17).
+
+Per prompt:    diff = p̂ − C,   M = |diff|
+Per response:  D = −sgn(Â) · sgn(diff),   Φ = λ · exp(D · M)
+
+On a prompt harder than the anchor (p̂ < C) a correct response (Â > 0) is boosted by e^{+M} and a wrong
+one damped by e^{−M}; on an easier prompt the reverse. Φ multiplies the advantage of every token of its
+response, so the loss is unchanged apart from Â → Â·Φ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hadw.core.anchors import Anchor
+from hadw.core.groups import GroupIndex, group_mean
+
+DEFAULT_LAMBDA = 1.3  # paper Table 7's best; the authors' code hard-codes 1.5
+
+
+def hadw_weights(
+    advantages: torch.Tensor, p_hat: torch.Tensor, anchor: float, lam: float = DEFAULT_LAMBDA
+) -> torch.Tensor:
+    """Φ for each response.
+
+    advantages: [N] the group-relative advantages Â (only their sign is used)
+    p_hat:      [N] the response's group success rate, from the correctness reward
+    anchor:     C for this batch
+    returns:    [N] Φ > 0
+    """
+    # D·M = −sgn(Â)·sgn(diff)·|diff| = −sgn(Â)·diff: one exp of one product, no branches.
+    return torch.exp(torch.sign(advantages) * (anchor - p_hat)).mul_(lam)
+
+
+@dataclass(frozen=True)
+class HADWResult:
+    """advantages: [N] Â·Φ (what the loss trains on); weights: [N] Φ; metrics: scalars for logging."""
+
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    metrics: dict[str, float]
+
+
+def weight_metrics(weights: torch.Tensor, advantages: torch.Tensor, lam: float, anchor: float) -> dict[str, float]:
+    """Φ statistics over the responses Φ acts on (Â ≠ 0), and the share boosted / damped relative to λ."""
+    active = advantages != 0
+    num_active = int(active.sum())
+    n = max(int(weights.numel()), 1)
+    if num_active == 0:
+        phi_mean = phi_min = phi_max = lam
+    else:
+        phi_mean = float(torch.where(active, weights, 0.0).sum()) / num_active
+        phi_min = float(torch.where(active, weights, torch.inf).min())
+        phi_max = float(torch.where(active, weights, -torch.inf).max())
+    # Φ > λ ⇔ D > 0 and Φ < λ ⇔ D < 0, and D = 0 wherever Â = 0, so no mask is needed here.
+    return {
+        "hadw/anchor": float(anchor),
+        "hadw/phi_mean": phi_mean,
+        "hadw/phi_min": phi_min,
+        "hadw/phi_max": phi_max,
+        "hadw/frac_boosted": float((weights > lam).sum()) / n,
+        "hadw/frac_damped": float((weights < lam).sum()) / n,
+    }
+
+
+def apply_hadw(
+    advantages: torch.Tensor,
+    correctness: torch.Tensor,
+    groups: torch.Tensor | GroupIndex,
+    anchor: Anchor,
+    lam: float = DEFAULT_LAMBDA,
+    enabled: bool = True,
+) -> HADWResult:
+    """Rescale one rollout batch's advantages; updates `anchor` exactly once.
+
+    advantages:  [N] Â from the base algorithm (total reward)
+    correctness: [N] 0/1 correctness signal (p̂ and the batch accuracy y_t come from it, never from a
+                 shaped total reward); pass ALL responses of the rollout batch, before any filter
+    groups:      [N] prompt of each response, or the batch's GroupIndex (e.g. GroupAdvantages.groups)
+    With enabled=False the anchor still tracks accuracy (so it can be logged) and Φ = 1 everywhere.
+    """
+    correctness = correctness.to(torch.float32)
+    batch_accuracy = float(correctness.mean()) if correctness.numel() else 0.0
+    c = anchor.observe(batch_accuracy)
+    if not enabled:
+        ones = torch.ones_like(advantages)
+        return HADWResult(advantages, ones, {"hadw/anchor": c, "hadw/batch_accuracy": batch_accuracy})
+    p_hat = group_mean(correctness, groups).to(advantages.dtype)
+    weights = hadw_weights(advantages, p_hat, c, lam)
+    metrics = weight_metrics(weights, advantages, lam, c)
+    metrics["hadw/batch_accuracy"] = batch_accuracy
+    return HADWResult(advantages * weights, weights, metrics)

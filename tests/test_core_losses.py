@@ -1,0 +1,96 @@
+import math
+
+import pytest
+import torch
+
+from hadw.core import LOSS_PRESETS, LossSpec, kl_penalty, policy_loss
+from hadw.core.losses import aggregate, sequence_clip_loss
+
+# Two responses: the first has 2 tokens, the second 1 (one padding position holding garbage).
+NEW = torch.tensor([[-0.8, -0.5], [-2.0, 123.0]])
+OLD = torch.tensor([[-1.1, -0.5], [-1.5, -7.0]])
+MASK = torch.tensor([[1, 1], [1, 0]])
+ADV = torch.tensor([1.0, -1.0])
+# Token ratios: e^{0.3} = 1.3499 (A > 0), 1 (A > 0), e^{-0.5} = 0.6065 (A < 0).
+# Clip 0.2/0.2 -> per-token losses -1.2, -1.0, +0.8. Clip 0.2/0.28 -> -1.28, -1.0, +0.8.
+
+
+@pytest.mark.parametrize(
+    ("clip_high", "aggregation", "expected"),
+    [
+        (0.2, "seq-mean-token-mean", ((-1.2 - 1.0) / 2 + 0.8) / 2),
+        (0.2, "token-mean", (-1.2 - 1.0 + 0.8) / 3),
+        (0.2, "seq-mean-token-sum-norm", ((-1.2 - 1.0) / 2 + 0.8 / 2) / 2),
+        (0.28, "token-mean", (-1.28 - 1.0 + 0.8) / 3),
+        (0.28, "seq-mean-token-mean", ((-1.28 - 1.0) / 2 + 0.8) / 2),
+    ],
+)
+def test_token_clip_loss_hand_computed(clip_high, aggregation, expected):
+    spec = LossSpec("token_clip", 0.2, clip_high, aggregation)
+    loss, metrics = policy_loss(NEW, OLD, ADV, MASK, spec)
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics["actor/clip_frac_high"] == pytest.approx(1 / 3)
+    assert metrics["actor/clip_frac_low"] == pytest.approx(1 / 3)
+
+
+def test_gspo_uses_length_normalised_sequence_ratio():
+    # s_1 = exp((0.3 + 0) / 2) = e^{0.15}, s_2 = e^{-0.5}; clip [1 - 3e-4, 1 + 4e-4]
+    loss, _ = policy_loss(NEW, OLD, ADV, MASK, LOSS_PRESETS["gspo"])
+    assert loss.item() == pytest.approx((-(1 + 4e-4) + (1 - 3e-4)) / 2, abs=1e-7)
+    _, ratio = sequence_clip_loss(NEW, OLD, ADV, 0.2, 0.2, MASK)
+    assert ratio[0, 0].item() == pytest.approx(math.exp(0.15)) and ratio[0, 1].item() == pytest.approx(
+        math.exp(0.15)
+    )
+    assert ratio[1, 0].item() == pytest.approx(math.exp(-0.5))
+
+
+def test_gspo_gradient_equals_sequence_level_objective():
+    gen = torch.Generator().manual_seed(0)
+    new = (-torch.rand(3, 5, generator=gen)).requires_grad_()
+    old = new.detach() - 0.05 * torch.randn(3, 5, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    adv = torch.tensor([0.7, -1.2, 0.3])
+    spec = LossSpec("sequence_clip", 10.0, 10.0, "seq-mean-token-mean")  # wide clip: unclipped branch
+    policy_loss(new, old, adv, mask, spec)[0].backward()
+    ours = new.grad.clone()
+
+    new.grad = None
+    m = mask.float()
+    s = torch.exp(((new - old) * m).sum(-1) / m.sum(-1))
+    (-(adv * s).mean()).backward()
+    torch.testing.assert_close(ours, new.grad)
+
+
+def test_aggregation_ignores_non_finite_padding():
+    loss_mat = torch.tensor([[1.0, float("inf")], [2.0, float("nan")]])
+    mask = torch.tensor([[1, 0], [1, 0]])
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert math.isfinite(aggregate(loss_mat, mask, mode).item())
+    with pytest.raises(ValueError, match="allowed: token-mean"):
+        aggregate(loss_mat, mask, "sum")
+
+
+def test_kl_estimators_hand_values():
+    logp, ref = torch.tensor([-1.0]), torch.tensor([-1.3])  # log r = 0.3
+    assert kl_penalty(logp, ref, "k1").item() == pytest.approx(0.3)
+    assert kl_penalty(logp, ref, "k2").item() == pytest.approx(0.045)
+    assert kl_penalty(logp, ref, "k3").item() == pytest.approx(math.exp(-0.3) - 1 + 0.3)
+
+
+def test_kl_and_entropy_terms_enter_the_loss():
+    ref = OLD.clone()
+    entropy = torch.tensor([[1.0, 2.0], [3.0, 0.0]])
+    base = LossSpec("token_clip", 0.2, 0.2, "token-mean")
+    with_terms = LossSpec("token_clip", 0.2, 0.2, "token-mean", kl_coef=0.5, kl_estimator="k1", entropy_coef=0.1)
+    plain, _ = policy_loss(NEW, OLD, ADV, MASK, base)
+    full, metrics = policy_loss(NEW, OLD, ADV, MASK, with_terms, ref_logprobs=ref, entropy=entropy)
+    kl_k1 = (0.3 + 0.0 - 0.5) / 3
+    assert full.item() == pytest.approx(plain.item() + 0.5 * kl_k1 - 0.1 * 2.0, abs=1e-6)
+    assert metrics["actor/entropy"] == pytest.approx(2.0)
+
+
+def test_presets_carry_paper_table_8_clips():
+    assert (LOSS_PRESETS["grpo"].clip_low, LOSS_PRESETS["grpo"].clip_high) == (0.2, 0.2)
+    assert (LOSS_PRESETS["gspo"].clip_low, LOSS_PRESETS["gspo"].clip_high) == (3e-4, 4e-4)
+    assert (LOSS_PRESETS["dapo"].clip_low, LOSS_PRESETS["dapo"].clip_high) == (0.2, 0.28)
+    assert LOSS_PRESETS["dapo"].aggregation == "token-mean"
