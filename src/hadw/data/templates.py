@@ -19,7 +19,7 @@ from hadw.data.problem import Problem
 
 TEMPLATES: dict[str, str] = {
     "paper": "{question}. Let's think step by step and output the final answer within \\boxed{{}}.",
-    # verl's MATH preprocessing joins with a space; this reproduces math_train/train.parquet byte for byte.
+    # verl joins with a space; reproduces the math_train parquet prompts (up to a trailing newline in 489 rows).
     "verl": "{question} Let's think step by step and output the final answer within \\boxed{{}}.",
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     "plain": "{question}=",

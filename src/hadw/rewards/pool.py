@@ -1,0 +1,174 @@
+"""A small pool of verifier processes with a per-item timeout.
+
+math-verify guards itself with signal.alarm, which only works on the main thread. Here each item runs
+in a worker process instead; if it takes longer than `timeout_s` the worker is killed and replaced, the
+item scores 0 and is counted as a timeout. Workers are started lazily (spawn: a fresh interpreter, safe
+after torch / CUDA / threads are up), reused across calls, and stopped at interpreter exit.
+
+Scripts that use the pool must keep their top level under `if __name__ == "__main__":` (spawn re-imports
+the main module in each worker).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+ItemFn = Callable[[str, str], float]
+STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """status: "ok" (value is the score), "error" (the function raised; message says what) or "timeout"."""
+
+    status: str
+    value: float = 0.0
+    message: str = ""
+
+
+def _worker_main(conn: Connection, warm_up: bool) -> None:
+    if warm_up:
+        from hadw.rewards.verifiers import warm_up as _warm_up
+
+        _warm_up()
+    conn.send("ready")
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # parent went away
+            return
+        if task is None:
+            return
+        fn, completion, answer = task
+        try:
+            conn.send(Outcome("ok", float(fn(completion, answer))))
+        except Exception as e:
+            conn.send(Outcome("error", 0.0, f"{type(e).__name__}: {e}"[:500]))
+
+
+class _Worker:
+    def __init__(self, ctx, warm_up: bool):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, warm_up), daemon=True)
+        self.process.start()
+        child.close()
+        self.started = time.monotonic()
+        self.ready = False
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class VerifierPool:
+    """`num_workers` processes; map(fn, completions, answers, timeout_s) -> one Outcome per item."""
+
+    def __init__(self, num_workers: int = 2, start_method: str = "spawn", warm_up: bool = True):
+        self.ctx = mp.get_context(start_method)
+        self.num_workers, self.warm_up = num_workers, warm_up
+        self.workers: list[_Worker] = []
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self.workers[self.workers.index(worker)] = _Worker(self.ctx, self.warm_up)
+
+    def map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
+        """Run fn(completions[i], answers[i]) for all i across the workers, each within timeout_s seconds
+        of being handed to a (ready) worker. fn must be picklable (a module-level function)."""
+        with self.lock:
+            while len(self.workers) < self.num_workers:
+                self.workers.append(_Worker(self.ctx, self.warm_up))
+            return self._map(fn, completions, answers, timeout_s)
+
+    def _map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
+        results: list[Outcome | None] = [None] * len(completions)
+        todo = deque(range(len(completions)))
+        running: dict[_Worker, tuple[int, float]] = {}  # worker -> (item, deadline)
+        while todo or running:
+            for worker in self.workers:
+                if worker.ready and worker not in running and todo:
+                    i = todo.popleft()
+                    worker.conn.send((fn, completions[i], answers[i]))
+                    running[worker] = (i, time.monotonic() + timeout_s)
+            waiting = [w for w in self.workers if w in running or not w.ready]
+            deadlines = [d for _, d in running.values()]
+            deadlines += [w.started + STARTUP_TIMEOUT_S for w in waiting if not w.ready]
+            ready_conns = wait([w.conn for w in waiting], timeout=max(0.0, min(deadlines) - time.monotonic()))
+            for worker in [w for w in waiting if w.conn in ready_conns]:
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):  # the worker died (segfault, OOM kill): replace it
+                    message = Outcome("error", 0.0, f"verifier worker died (exit code {worker.process.exitcode})")
+                    if not worker.ready:
+                        raise RuntimeError("a verifier worker died while starting; see its stderr") from None
+                    self._replace(worker)
+                if message == "ready":
+                    worker.ready = True
+                    continue
+                i, _ = running.pop(worker)
+                results[i] = message
+            now = time.monotonic()
+            for worker in list(running):
+                i, deadline = running[worker]
+                if now >= deadline and worker in self.workers:
+                    del running[worker]
+                    results[i] = Outcome("timeout", 0.0, f"no result within {timeout_s:g} s")
+                    self._replace(worker)
+            for worker in self.workers:
+                if not worker.ready and now >= worker.started + STARTUP_TIMEOUT_S:
+                    raise RuntimeError(f"a verifier worker did not start within {STARTUP_TIMEOUT_S:g} s")
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+            worker.process.join(timeout=1.0)
+            if worker.process.is_alive():
+                worker.kill()
+        self.workers = []
+
+
+_POOL: VerifierPool | None = None
+_POOL_OPTIONS: dict = {}
+
+
+def default_num_workers() -> int:
+    """$HADW_VERIFY_WORKERS, else min(4, CPU count)."""
+    return int(os.environ.get("HADW_VERIFY_WORKERS", min(4, os.cpu_count() or 1)))
+
+
+def configure_pool(num_workers: int | None = None, start_method: str = "spawn") -> None:
+    """Set the options of the shared pool (takes effect on its next (re)start)."""
+    shutdown_pool()
+    _POOL_OPTIONS.update(num_workers=num_workers or default_num_workers(), start_method=start_method)
+
+
+def get_pool() -> VerifierPool:
+    """The process-wide pool, created on first use (and again in a forked child)."""
+    global _POOL
+    if _POOL is None or _POOL.pid != os.getpid():
+        _POOL = VerifierPool(**({"num_workers": default_num_workers()} | _POOL_OPTIONS))
+    return _POOL
+
+
+def shutdown_pool() -> None:
+    global _POOL
+    if _POOL is not None and _POOL.pid == os.getpid():
+        _POOL.close()
+    _POOL = None
+
+
+atexit.register(shutdown_pool)
