@@ -1,0 +1,171 @@
+"""HFRolloutEngine: batched sampling with a `transformers` model and its KV cache, plus `make_engine`.
+
+One loop, no `model.generate`: prefill the left-padded prompts once, then feed one token per row per
+step through a DynamicCache. Position ids come from the attention mask (as in `compute_logprobs`), so
+the log-probs recorded here equal a teacher-forced re-scoring of the same tokens. Randomness comes
+only from a torch.Generator seeded by `params.seed`, so torch's global RNG state is never touched.
+Each step is tagged with torch.profiler.record_function ("rollout/forward", "rollout/sample",
+"rollout/bookkeeping") so a profiler shows where the time goes (benchmarks/rollout_speed.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import record_function
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
+from hadw.rollout.logprobs import position_ids_from_mask
+from hadw.rollout.sampling import SamplingParams, sample_next_token
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """The tokenizer's EOS plus the model's generation_config EOS ids (what `generate` stops on)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if config_eos is not None:
+        ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
+    return ids
+
+
+class HFRolloutEngine:
+    """RolloutEngine over a `transformers` causal LM (any device, any dtype)."""
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int | None = None
+    ):
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"HFRolloutEngine: max_batch_size={max_batch_size} must be >= 1 or None")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_id is None:
+            raise ValueError("HFRolloutEngine: tokenizer has neither pad_token_id nor eos_token_id")
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        # transformers 5 renamed forward(past_key_values=...) to forward(cache=...).
+        forward_args = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutBatch:
+        check_prompts(prompts)
+        rows = [list(p) for p in prompts for _ in range(params.n)]
+        prompt_ids, prompt_mask = left_pad(rows, self.pad_id)
+        device = self.model.device
+        stop_ids = set() if params.ignore_eos else self.eos_ids | set(params.stop_token_ids or [])
+        stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        generator = torch.Generator(device=device).manual_seed(seed)
+
+        chunk = self.max_batch_size or len(rows)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling; restored below
+        try:
+            parts = [
+                self._generate_chunk(
+                    prompt_ids[i : i + chunk].to(device), prompt_mask[i : i + chunk].to(device),
+                    params, stop, generator,
+                )
+                for i in range(0, len(rows), chunk)
+            ]
+        finally:
+            self.model.train(was_training)
+
+        width = max(ids.shape[1] for ids, _, _ in parts)
+        response_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=self.pad_id) for ids, _, _ in parts])
+        logprobs = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, lp, _ in parts])
+        lengths = torch.cat([n for _, _, n in parts])
+        response_mask = (torch.arange(width) < lengths[:, None]).long()
+        stopped = torch.isin(response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1), stop.cpu())
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            logprobs=logprobs,
+            finish_reasons=["stop" if s else "length" for s in stopped.tolist()],
+            prompt_index=torch.arange(len(prompts)).repeat_interleave(params.n),
+            response_texts=self.tokenizer.batch_decode(
+                [ids[:n] for ids, n in zip(response_ids.tolist(), lengths.tolist(), strict=True)],
+                skip_special_tokens=True,
+            ),
+        )
+
+    @torch.inference_mode()
+    def _generate_chunk(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        params: SamplingParams,
+        stop: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample one chunk of rows. prompt_*: [B, P] on the model's device.
+
+        Returns CPU tensors (response_ids [B, R'], logprobs [B, R'], lengths [B]) where R' <= max_new_tokens
+        is the number of steps run (the loop ends once every row has stopped).
+        """
+        batch, prompt_len = prompt_ids.shape
+        max_new = params.max_new_tokens
+        device = prompt_ids.device
+        # Preallocated buffers: the mask grows by one (always real) column per step; rows that already
+        # stopped keep feeding pad tokens whose outputs are discarded.
+        attention = torch.cat([prompt_mask, prompt_mask.new_ones(batch, max_new)], dim=1)
+        response = torch.full((batch, max_new), self.pad_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((batch, max_new), dtype=torch.float32, device=device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        num_real = prompt_mask.sum(dim=1, keepdim=True)  # [B, 1]: position of the first response token
+        cache = DynamicCache(config=self.model.config)
+        step_ids, step_positions = prompt_ids, position_ids_from_mask(prompt_mask)
+
+        steps = 0
+        for t in range(max_new):
+            with record_function("rollout/forward"):
+                logits = self.model(
+                    input_ids=step_ids,
+                    attention_mask=attention[:, : prompt_len + t],
+                    position_ids=step_positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_arg: cache},
+                ).logits[:, -1, :]
+            with record_function("rollout/sample"):
+                tokens, token_logprobs = sample_next_token(logits, params, generator)
+            with record_function("rollout/bookkeeping"):
+                response[:, t] = tokens.masked_fill(done, self.pad_id)
+                logprobs[:, t] = token_logprobs.masked_fill(done, 0.0)
+                lengths += (~done).long()
+                done |= torch.isin(tokens, stop)
+                steps = t + 1
+                if bool(done.all()):
+                    break
+                step_ids = response[:, t : t + 1]
+                step_positions = num_real + t
+        return response[:, :steps].cpu(), logprobs[:, :steps].cpu(), lengths.cpu()
+
+
+def _make_vllm(model, tokenizer, **kwargs) -> RolloutEngine:
+    from hadw.rollout.vllm_engine import VLLMRolloutEngine  # imports vllm; only when asked for
+
+    return VLLMRolloutEngine(model, tokenizer, **kwargs)
+
+
+ENGINES: dict[str, Callable[..., RolloutEngine]] = {"hf": HFRolloutEngine, "vllm": _make_vllm}
+
+
+def make_engine(name: str, model, tokenizer, **kwargs) -> RolloutEngine:
+    """Build a rollout engine by name: "hf" (HFRolloutEngine) or "vllm" (VLLMRolloutEngine, GPU only).
+
+    kwargs go to the engine (hf: max_batch_size; vllm: see VLLMRolloutEngine).
+    """
+    if name not in ENGINES:
+        raise ValueError(f"make_engine: unknown engine {name!r}; allowed: {sorted(ENGINES)}")
+    return ENGINES[name](model, tokenizer, **kwargs)

@@ -1,0 +1,149 @@
+"""Load any local causal LM, or build a tiny random one offline for tests and CPU demos.
+
+The tiny model is a real Qwen2 / Llama architecture from `transformers` (random weights) with a
+byte-level tokenizer (one token per ASCII character), saved with `save_pretrained` so every code path that loads a checkpoint
+(`load_model`, vLLM, TRL) treats it like a downloaded model. Nothing here reaches a model hub.
+
+Tiny tokenizer: byte-level, one token per UTF-8 byte, no merges (so every string round-trips and
+ASCII text such as "\\boxed{3/4}" is one token per character). It uses exactly the pipeline of
+Qwen2's tokenizer (NFC normaliser, ByteLevel pre-tokenizer/decoder, BPE model), because transformers
+rebuilds any `model_type="qwen2"` tokenizer as `Qwen2Tokenizer` on load; the two then agree. Ids:
+    0 <pad>          pad_token
+    1 <|im_start|>   bos_token; opens a chat turn (never prepended automatically, as in Qwen2)
+    2 <|im_end|>     eos_token; closes a chat turn, so a chat-style policy stops on it
+    3 + b            byte b (0..255), written as GPT-2's printable byte character ("Ġ" = space)
+Chat template: ChatML as in Qwen2.5-Instruct,
+    <|im_start|>{role}\\n{content}<|im_end|>\\n ... [<|im_start|>assistant\\n]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+)
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CONFIGS = {"qwen2": Qwen2Config, "llama": LlamaConfig}
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_model(
+    path_or_dir: str | Path,
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+    device: str = "auto",
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local folder (never from a hub), in eval mode.
+
+    The tokenizer always has a pad token (falls back to EOS) and pads on the left, which is what
+    batched generation and `compute_logprobs` expect.
+    """
+    path = Path(path_or_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"load_model: {path} is not a local model folder (hub downloads are disabled)")
+    if dtype not in _DTYPES:
+        raise ValueError(f"load_model: dtype={dtype!r}; allowed: {sorted(_DTYPES)}")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"load_model: tokenizer in {path} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype], local_files_only=True)
+    model.to(_resolve_device(device)).eval()
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level tokenizer described in the module docstring (259 tokens)."""
+    byte_chars = bytes_to_unicode()  # byte value -> printable stand-in character
+    vocab = {tok: i for i, tok in enumerate(TINY_SPECIAL_TOKENS)}
+    vocab |= {byte_chars[b]: len(TINY_SPECIAL_TOKENS) + b for b in range(256)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TINY_SPECIAL_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        padding_side="left",
+        chat_template=CHATML_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    arch: Literal["qwen2", "llama"] = "qwen2",
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 384,
+    max_position_embeddings: int = 512,
+    initializer_range: float = 0.02,
+    seed: int = 0,
+) -> Path:
+    """Build a random tiny causal LM + char tokenizer offline and `save_pretrained` both into out_dir.
+
+    Defaults give a Qwen2 model of ~0.82 M parameters (vocabulary 259, tied embeddings).
+    Weights depend only on `seed` (torch's global RNG is forked, so the caller's state is untouched).
+    Returns out_dir; `load_model(out_dir)` reloads it like any checkpoint.
+    """
+    if arch not in _CONFIGS:
+        raise ValueError(f"build_tiny_model: arch={arch!r}; allowed: {sorted(_CONFIGS)}")
+    out = Path(out_dir)
+    tokenizer = build_tiny_tokenizer()
+    config = _CONFIGS[arch](
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
