@@ -1,9 +1,9 @@
 """Rollouts: load/build models, sample G responses per prompt with log-probs, re-score them.
 
-    model, tok = load_model(build_tiny_model("/tmp/tiny"))
-    engine = make_engine("hf", model, tok)
-    batch = engine.generate([tok("1+1=").input_ids], SamplingParams(n=8, seed=0))
-    new_logprobs = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask)
+model, tok = load_model(build_tiny_model("/tmp/tiny"))
+engine = make_engine("hf", model, tok)
+batch = engine.generate([tok("1+1=").input_ids], SamplingParams(n=8, seed=0))
+new_logprobs = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask)
 """
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine

@@ -38,9 +38,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 class HFRolloutEngine:
     """RolloutEngine over a `transformers` causal LM (any device, any dtype)."""
 
-    def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int | None = None
-    ):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int | None = None):
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"HFRolloutEngine: max_batch_size={max_batch_size} must be >= 1 or None")
         self.model = model
@@ -70,8 +68,11 @@ class HFRolloutEngine:
         try:
             parts = [
                 self._generate_chunk(
-                    prompt_ids[i : i + chunk].to(device), prompt_mask[i : i + chunk].to(device),
-                    params, stop, generator,
+                    prompt_ids[i : i + chunk].to(device),
+                    prompt_mask[i : i + chunk].to(device),
+                    params,
+                    stop,
+                    generator,
                 )
                 for i in range(0, len(rows), chunk)
             ]

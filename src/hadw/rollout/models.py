@@ -1,8 +1,8 @@
 """Load any local causal LM, or build a tiny random one offline for tests and CPU demos.
 
 The tiny model is a real Qwen2 / Llama architecture from `transformers` (random weights) with a
-byte-level tokenizer (one token per ASCII character), saved with `save_pretrained` so every code path that loads a checkpoint
-(`load_model`, vLLM, TRL) treats it like a downloaded model. Nothing here reaches a model hub.
+byte-level tokenizer (one token per ASCII character), saved with `save_pretrained` so every code path
+that loads a checkpoint (`load_model`, vLLM, TRL) treats it like a downloaded model. Nothing here reaches a model hub.
 
 Tiny tokenizer: byte-level, one token per UTF-8 byte, no merges (so every string round-trips and
 ASCII text such as "\\boxed{3/4}" is one token per character). It uses exactly the pipeline of

@@ -70,9 +70,7 @@ class VLLMRolloutEngine:
         )
         rows = [(i, list(out.prompt_token_ids), c) for i, out in enumerate(outputs) for c in out.outputs]
         responses = [list(c.token_ids) for _, _, c in rows]
-        logprobs = [
-            [step[tok].logprob for step, tok in zip(c.logprobs, c.token_ids, strict=True)] for _, _, c in rows
-        ]
+        logprobs = [[step[tok].logprob for step, tok in zip(c.logprobs, c.token_ids, strict=True)] for _, _, c in rows]
         prompt_ids, prompt_mask = left_pad([p for _, p, _ in rows], self.pad_id)
         response_ids = right_pad(responses, self.pad_id, torch.long)
         response_mask = right_pad([[1] * len(r) for r in responses], 0, torch.long)
