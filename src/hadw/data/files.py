@@ -36,7 +36,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(line)
+                row = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
             if not isinstance(row, dict):

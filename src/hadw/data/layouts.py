@@ -8,6 +8,7 @@ ready-made FieldMap per known file format; `detect_layout` picks one from a row'
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,8 @@ class FieldMap:
     """Where the Problem fields live in a row, and how to convert them.
 
     question/answer/level/uid: dotted field paths; level and uid may be None (then level is None and
-    the uid is "<source>:<row index>"). *_fn: applied to the raw field value.
+    the uid is "<source>:<row index>"; a uid field absent from a row also falls back to the index).
+    *_fn: applied to the raw field value.
     """
 
     question: str
@@ -193,6 +195,8 @@ def get_field(row: Mapping[str, Any], path: str) -> Any:
             have = sorted(value) if isinstance(value, Mapping) else type(value).__name__
             raise FieldError(f"missing field {path!r} ({where} has: {have})")
         value = value[key]
+    if value is None:  # JSON null, or a key parquet filled with null because other rows have it
+        raise FieldError(f"missing field {path!r} (it is null)")
     return value
 
 
@@ -201,6 +205,9 @@ def row_to_problem(row: Mapping[str, Any], fields: FieldMap, source: str, index:
     question = fields.question_fn(get_field(row, fields.question))
     answer = fields.answer_fn(get_field(row, fields.answer))
     level = fields.level_fn(get_field(row, fields.level)) if fields.level else None
-    uid = get_field(row, fields.uid) if fields.uid else index
+    uid = index  # the uid field is optional: fall back to the row's position in the file
+    if fields.uid:
+        with contextlib.suppress(FieldError):
+            uid = get_field(row, fields.uid)
     return Problem(question=question, answer=answer, level=level, source=source, uid=f"{source}:{uid}")
 
