@@ -11,7 +11,8 @@ rebuilds any `model_type="qwen2"` tokenizer as `Qwen2Tokenizer` on load; the two
     0 <pad>          pad_token
     1 <|im_start|>   bos_token; opens a chat turn (never prepended automatically, as in Qwen2)
     2 <|im_end|>     eos_token; closes a chat turn, so a chat-style policy stops on it
-    3 + b            byte b (0..255), written as GPT-2's printable byte character ("Ġ" = space)
+    3 <|endoftext|>  unk_token (never produced: every byte has a token); Qwen2Tokenizer insists on it
+    4 + b            byte b (0..255), written as GPT-2's printable byte character ("Ġ" = space)
 Chat template: ChatML as in Qwen2.5-Instruct,
     <|im_start|>{role}\\n{content}<|im_end|>\\n ... [<|im_start|>assistant\\n]
 """
@@ -34,7 +35,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>")
+TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -81,7 +82,7 @@ def load_model(
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """The byte-level tokenizer described in the module docstring (259 tokens)."""
+    """The byte-level tokenizer described in the module docstring (260 tokens)."""
     byte_chars = bytes_to_unicode()  # byte value -> printable stand-in character
     vocab = {tok: i for i, tok in enumerate(TINY_SPECIAL_TOKENS)}
     vocab |= {byte_chars[b]: len(TINY_SPECIAL_TOKENS) + b for b in range(256)}
@@ -95,6 +96,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
         pad_token="<pad>",
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
         padding_side="left",
         chat_template=CHATML_TEMPLATE,
         clean_up_tokenization_spaces=False,
@@ -115,7 +117,7 @@ def build_tiny_model(
 ) -> Path:
     """Build a random tiny causal LM + char tokenizer offline and `save_pretrained` both into out_dir.
 
-    Defaults give a Qwen2 model of ~0.82 M parameters (vocabulary 259, tied embeddings).
+    Defaults give a Qwen2 model of ~0.82 M parameters (vocabulary 260, tied embeddings).
     Weights depend only on `seed` (torch's global RNG is forked, so the caller's state is untouched).
     Returns out_dir; `load_model(out_dir)` reloads it like any checkpoint.
     """
