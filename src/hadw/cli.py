@@ -17,6 +17,7 @@ app = typer.Typer(
 # Modules exposing `register(app: typer.Typer) -> None`. Imported lazily in `main` so that
 # `import hadw.cli` stays cheap.
 COMMAND_MODULES: list[str] = [
+    "hadw.theory.cli",
 ]
 
 
