@@ -56,7 +56,8 @@ def score(
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate reward names in specs: {names}")
     fns = {spec.name: spec.fn or get_reward(spec.name) for spec in specs}
-    fns.setdefault(correctness, get_reward(correctness))
+    if correctness not in fns:
+        fns[correctness] = get_reward(correctness)
 
     per_reward, timeouts, errors, messages = {}, 0, 0, []
     for name, fn in fns.items():

@@ -28,7 +28,8 @@ STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
 
 @dataclass(frozen=True)
 class Outcome:
-    """status: "ok" (value is the score), "error" (the function raised; message says what) or "timeout"."""
+    """status: "ok" (value is the score), "error" (the function raised; message says what), "timeout",
+    or "fatal" (a worker could not load the function; raised as RuntimeError, never returned)."""
 
     status: str
     value: float = 0.0
@@ -36,33 +37,52 @@ class Outcome:
 
 
 def _worker_main(conn: Connection, warm_up: bool) -> None:
+    """Messages in: ("fn", item_fn) to load a function, ("item", (completion, answer)), or None to stop.
+    Messages out: "ready" after start-up / loading a function, an Outcome per item."""
     if warm_up:
         from hadw.rewards.verifiers import warm_up as _warm_up
 
         _warm_up()
     conn.send("ready")
+    fn = None
     while True:
         try:
-            task = conn.recv()
+            message = conn.recv()
         except EOFError:  # parent went away
             return
-        if task is None:
+        except Exception as e:  # the function could not be unpickled (e.g. its module fails to import)
+            conn.send(Outcome("fatal", 0.0, f"{type(e).__name__}: {e}"))
             return
-        fn, completion, answer = task
+        if message is None:
+            return
+        kind, payload = message
+        if kind == "fn":
+            fn = payload
+            conn.send("ready")
+            continue
         try:
-            conn.send(Outcome("ok", float(fn(completion, answer))))
+            conn.send(Outcome("ok", float(fn(*payload))))
         except Exception as e:
             conn.send(Outcome("error", 0.0, f"{type(e).__name__}: {e}"[:500]))
 
 
 class _Worker:
+    """One process. `ready` is False while it starts or loads a function (no item deadline runs then)."""
+
     def __init__(self, ctx, warm_up: bool):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, warm_up), daemon=True)
         self.process.start()
         child.close()
-        self.started = time.monotonic()
+        self.since = time.monotonic()
         self.ready = False
+        self.fn: ItemFn | None = None
+
+    def load(self, fn: ItemFn) -> None:
+        # Sent apart from the items: unpickling fn may import its module, which must not eat into an
+        # item's timeout.
+        self.conn.send(("fn", fn))
+        self.fn, self.ready, self.since = fn, False, time.monotonic()
 
     def kill(self) -> None:
         self.process.kill()
@@ -86,7 +106,8 @@ class VerifierPool:
 
     def map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
         """Run fn(completions[i], answers[i]) for all i across the workers, each within timeout_s seconds
-        of being handed to a (ready) worker. fn must be picklable (a module-level function)."""
+        of being handed to a ready worker (start-up and loading fn do not count). fn must be picklable:
+        a module-level function."""
         with self.lock:
             while len(self.workers) < self.num_workers:
                 self.workers.append(_Worker(self.ctx, self.warm_up))
@@ -99,35 +120,40 @@ class VerifierPool:
         while todo or running:
             for worker in self.workers:
                 if worker.ready and worker not in running and todo:
+                    if worker.fn is not fn:
+                        worker.load(fn)
+                        continue
                     i = todo.popleft()
-                    worker.conn.send((fn, completions[i], answers[i]))
+                    worker.conn.send(("item", (completions[i], answers[i])))
                     running[worker] = (i, time.monotonic() + timeout_s)
             waiting = [w for w in self.workers if w in running or not w.ready]
             deadlines = [d for _, d in running.values()]
-            deadlines += [w.started + STARTUP_TIMEOUT_S for w in waiting if not w.ready]
+            deadlines += [w.since + STARTUP_TIMEOUT_S for w in waiting if not w.ready]
             ready_conns = wait([w.conn for w in waiting], timeout=max(0.0, min(deadlines) - time.monotonic()))
             for worker in [w for w in waiting if w.conn in ready_conns]:
                 try:
                     message = worker.conn.recv()
                 except (EOFError, OSError):  # the worker died (segfault, OOM kill): replace it
-                    message = Outcome("error", 0.0, f"verifier worker died (exit code {worker.process.exitcode})")
                     if not worker.ready:
                         raise RuntimeError("a verifier worker died while starting; see its stderr") from None
+                    message = Outcome("error", 0.0, f"verifier worker died (exit code {worker.process.exitcode})")
                     self._replace(worker)
                 if message == "ready":
                     worker.ready = True
                     continue
+                if message.status == "fatal":
+                    raise RuntimeError(f"a verifier worker could not load {fn!r}: {message.message}")
                 i, _ = running.pop(worker)
                 results[i] = message
             now = time.monotonic()
             for worker in list(running):
                 i, deadline = running[worker]
-                if now >= deadline and worker in self.workers:
+                if now >= deadline:
                     del running[worker]
                     results[i] = Outcome("timeout", 0.0, f"no result within {timeout_s:g} s")
                     self._replace(worker)
             for worker in self.workers:
-                if not worker.ready and now >= worker.started + STARTUP_TIMEOUT_S:
+                if not worker.ready and now >= worker.since + STARTUP_TIMEOUT_S:
                     raise RuntimeError(f"a verifier worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return results  # type: ignore[return-value]
 

@@ -1,0 +1,163 @@
+"""Verifiers (math / exact / format), the worker pool's timeout and error handling, and score()."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hadw.rewards import (
+    REWARDS,
+    RewardFunction,
+    RewardSpec,
+    exact_item,
+    format_item,
+    get_reward,
+    math_item,
+    register_reward,
+    run_reward,
+    score,
+)
+
+# sympy tries to evaluate 9^(9^(9^9)) exactly: math-verify does not return for minutes.
+PATHOLOGICAL = "\\boxed{9^{9^{9^{9}}}}"
+
+
+def _sleeps(completion: str, answer: str) -> float:  # module level: picklable into the pool
+    time.sleep(60)
+    return 1.0
+
+
+def _raises_on_x(completion: str, answer: str) -> float:
+    if completion == "x":
+        raise ZeroDivisionError("bad item")
+    return 1.0
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("so the answer is \\boxed{0.5}", "\\frac{1}{2}", 1.0),  # decimal vs fraction
+        ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("\\boxed{\\frac{\\sqrt3}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0),  # brace-less \sqrt3
+        ("\\boxed{[1, 3)}", "[1,3)", 1.0),  # intervals
+        ("\\boxed{(1, 3)}", "[1,3)", 0.0),
+        ("\\boxed{(-\\infty, 2] \\cup [5, \\infty)}", "(-\\infty,2]\\cup[5,\\infty)", 1.0),
+        ("Janet makes 9 * 2 = 18 dollars.\n#### 72", "72", 1.0),  # GSM8K style
+        ("#### 1,450,000", "1450000", 1.0),
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),
+        ("\\boxed{90^\\circ}", "90", 1.0),
+        ("\\boxed{\\text{Evelyn}}", "\\text{Evelyn}", 1.0),
+        ("first \\boxed{3} then \\boxed{4}", "4", 1.0),  # the LAST box counts
+        ("first \\boxed{4} then \\boxed{3}", "4", 0.0),
+        ("\\boxed{\\frac{14}{3}}", "\\frac{13}{3}", 0.0),  # wrong answers
+        ("\\boxed{72}", "27", 0.0),
+        ("the answer is 72", "72", 0.0),  # no \boxed{}: the paper's reward needs one
+        ("\\boxed{72", "72", 0.0),  # truncated box
+        ("@@#$%^ \\boxed{}}}{{", "72", 0.0),  # garbage
+        ("", "72", 0.0),
+    ],
+)
+def test_math_verifier(completion, gold, expected):
+    assert math_item(completion, gold) == expected  # in-process
+    assert get_reward("math")([completion], [gold]) == [expected]  # through the pool
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [("85", "85", 1), (" 85\n", "85", 1), ("085", "85", 1), ("-12", "-12", 1), ("\\boxed{85}", "85", 1),
+     ("#### 1,450", "1450", 1), ("84", "85", 0), ("85x", "85", 0), ("8 5", "85", 0), ("", "85", 0),
+     ("12", "-12", 0), ("\\frac{1}{2}", "0.5", 0)],
+)
+def test_exact_verifier(completion, gold, expected):
+    assert exact_item(completion, gold) == expected
+
+
+@given(st.integers(-10**12, 10**12), st.integers(-5, 5))
+def test_exact_accepts_exactly_the_gold_integer(n, offset):
+    assert exact_item(str(n + offset), str(n)) == float(offset == 0)
+
+
+def test_format_reward():
+    assert [format_item(c, "") for c in ["\\boxed{3}", "x #### 3", "\\boxed{}", "\\boxed{3", "3"]] == [1, 1, 0, 0, 0]
+
+
+def test_a_pathological_answer_costs_the_timeout_scores_zero_and_is_counted():
+    completions = ["\\boxed{2}", PATHOLOGICAL, "\\boxed{\\frac{1}{2}}"]
+    start = time.monotonic()
+    result = score(completions, ["2", "1", "0.5"], timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert result.correctness.tolist() == [1.0, 0.0, 1.0]
+    assert (result.num_timeouts, result.num_errors) == (1, 0)
+    assert elapsed < 1.0 + 15.0  # one timeout plus (at most) restarting the killed worker
+    # the pool recovers: the next call works normally
+    assert score(["\\boxed{3}"], ["3"], timeout_s=1.0).correctness.tolist() == [1.0]
+
+
+def test_a_hanging_test_reward_is_cut_off_in_the_pool():
+    sleepy = RewardFunction("sleepy", _sleeps, isolated=True)
+    result = run_reward(sleepy, ["a", "b"], ["1", "1"], timeout_s=0.5)
+    assert result.scores == [0.0, 0.0] and result.num_timeouts == 2
+    assert result.messages == ["no result within 0.5 s"] * 2
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_raising_item_scores_zero_and_is_counted_never_fatal(isolated):
+    flaky = RewardFunction("flaky", _raises_on_x, isolated=isolated)
+    result = score(["x", "y", "x"], ["1", "1", "1"], [RewardSpec("flaky", fn=flaky)], correctness="flaky")
+    assert result.total.tolist() == [0.0, 1.0, 0.0]
+    assert (result.num_errors, result.num_timeouts) == (2, 0)
+    assert result.messages[0] == "flaky: ZeroDivisionError: bad item"
+
+
+def test_a_plain_batch_callable_that_raises_is_retried_item_by_item():
+    class Picky:
+        name = "picky"
+
+        def __call__(self, completions, answers):
+            if "bad" in completions:
+                raise ValueError("cannot score 'bad'")
+            return [float(len(c)) for c in completions]
+
+    register_reward(Picky())
+    try:
+        result = score(["ab", "bad", "abcd"], ["", "", ""], [RewardSpec("picky", 0.5)], correctness="exact")
+    finally:
+        del REWARDS["picky"]
+    assert result.per_reward["picky"].tolist() == [2.0, 0.0, 4.0]
+    assert result.total.tolist() == [1.0, 0.0, 2.0]
+    assert result.num_errors == 1
+
+
+def test_score_weights_and_correctness_designation():
+    completions = ["\\boxed{0.5}", "\\boxed{2}", "1/2", ""]
+    answers = ["\\frac{1}{2}"] * 4
+    result = score(completions, answers, [RewardSpec("math", 1.0), RewardSpec("format", 0.25)], correctness="math")
+    assert result.per_reward["math"].tolist() == [1, 0, 0, 0]
+    assert result.per_reward["format"].tolist() == [1, 1, 0, 0]
+    assert result.total.tolist() == [1.25, 0.25, 0.0, 0.0]
+    assert result.correctness.tolist() == [1, 0, 0, 0]
+    assert result.total.dtype == result.correctness.dtype == torch.float32
+    # correctness need not be a term of the total: format-only total, math still read as correctness
+    only_format = score(completions, answers, [RewardSpec("format", 2.0)], correctness="math")
+    assert only_format.total.tolist() == [2.0, 2.0, 0.0, 0.0]
+    assert only_format.correctness.tolist() == [1, 0, 0, 0]
+    assert set(only_format.per_reward) == {"format", "math"}
+    # the exact fast path: integers only, no pool
+    exact = score(["85", " 85", "86"], ["85"] * 3, correctness="exact", timeout_s=None)
+    assert exact.total.tolist() == exact.correctness.tolist() == [1, 1, 0]
+
+
+def test_score_rejects_bad_configuration():
+    with pytest.raises(ValueError, match=r"unknown reward 'maths'; allowed: math, exact, format"):
+        score(["a"], ["a"], correctness="maths")
+    with pytest.raises(ValueError, match="duplicate reward names"):
+        score(["a"], ["a"], [RewardSpec("format"), RewardSpec("format")])
+    with pytest.raises(ValueError, match="2 completions but 1 answers"):
+        score(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match=r"correctness reward 'format2' must be 0/1"):
+        score(["\\boxed{1}"], ["1"], [RewardSpec("format2", fn=RewardFunction("format2", lambda c, a: 0.5))],
+              correctness="format2")
