@@ -1,0 +1,165 @@
+"""HA-DW inside TRL's GRPOTrainer: one config class, one trainer class, the maths from `hadw.core`.
+
+    from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
+    args = HADWGRPOConfig(output_dir="out", hadw_lambda=1.3, hadw_anchor="window", ...)
+    trainer = HADWGRPOTrainer(model=..., reward_funcs=[correct_fn, format_fn], args=args, train_dataset=ds)
+
+How it hooks in (TRL 1.x): `_generate_and_score_completions` runs once per generation batch and returns
+this rank's slice of the group-normalised advantages Â. We keep the per-function rewards it gathered
+from every rank (wrapping `_calculate_rewards`), gather Â, and replace it with Â·Φ from
+`hadw.core.apply_hadw`. All ranks hold the same gathered rewards, so all ranks update an identical
+anchor, once per generation batch and never in evaluation. Everything downstream (every `loss_type`,
+`importance_sampling_level="sequence"` for GSPO, the clip, the completions table) sees Â·Φ.
+
+The anchor state is written as `hadw_anchor.json` into each checkpoint folder and read back on
+`train(resume_from_checkpoint=...)`, through the same two hooks TRL uses for its own entropy
+controller state.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOConfig, GRPOTrainer
+
+from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+
+logger = logging.getLogger(__name__)
+
+ANCHOR_STATE_NAME = "hadw_anchor.json"
+
+
+@dataclass
+class HADWGRPOConfig(GRPOConfig):
+    """`GRPOConfig` plus the HA-DW options (method.md §3). Anchor parameters are `hadw_anchor_<name>`;
+    only those of the chosen anchor kind are used."""
+
+    hadw_enabled: bool = field(default=True, metadata={"help": "Rescale advantages with Φ (False: plain GRPO)."})
+    hadw_lambda: float = field(default=DEFAULT_LAMBDA, metadata={"help": "λ_scale of Φ = λ·exp(D·M)."})
+    hadw_anchor: str = field(
+        default="window", metadata={"help": f"Difficulty anchor kind, one of {', '.join(ANCHORS)}."}
+    )
+    hadw_anchor_k: int = field(default=10, metadata={"help": "window: number of batch accuracies averaged."})
+    hadw_anchor_eta: float = field(default=1.0, metadata={"help": "kalman: base gain η."})
+    hadw_anchor_m: int = field(default=10, metadata={"help": "kalman: beliefs in the σ_t window."})
+    hadw_anchor_eta_min: float = field(default=0.0, metadata={"help": "kalman: floor of the gain η_t."})
+    hadw_anchor_alpha: float = field(default=0.2, metadata={"help": "ema: rate α."})
+    hadw_anchor_value: float = field(default=0.5, metadata={"help": "fixed: the constant anchor C."})
+    hadw_correctness_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward function giving correctness (p̂ and the batch accuracy): its name or index "
+            "(int or digit string). Default: the first reward function."
+        },
+    )
+    hadw_correctness_threshold: float = field(
+        default=0.5, metadata={"help": "A response is correct when its correctness reward is > this."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.hadw_anchor not in ANCHORS:
+            raise ValueError(f"HADWGRPOConfig.hadw_anchor={self.hadw_anchor!r}; allowed: {', '.join(ANCHORS)}")
+        if not self.hadw_lambda > 0:
+            raise ValueError(f"HADWGRPOConfig.hadw_lambda must be > 0, got {self.hadw_lambda}")
+        make_anchor(self.hadw_anchor, **self.hadw_anchor_options())  # fail now on bad anchor parameters
+
+    def hadw_anchor_options(self) -> dict[str, Any]:
+        """Keyword arguments of the chosen anchor kind, read from the `hadw_anchor_<name>` fields."""
+        names = [p for p in inspect.signature(ANCHORS[self.hadw_anchor].__init__).parameters if p != "self"]
+        return {name: getattr(self, f"hadw_anchor_{name}") for name in names}
+
+
+def resolve_reward_index(which: int | str | None, reward_func_names: list[str]) -> int:
+    """Column of `rewards_per_func` holding correctness: None -> 0, an index, or a reward function's name."""
+    if which is None:
+        return 0
+    if isinstance(which, int) or (isinstance(which, str) and which.isdigit()):
+        index = int(which)
+        if not 0 <= index < len(reward_func_names):
+            raise ValueError(
+                f"hadw_correctness_reward={which!r} is out of range: {len(reward_func_names)} reward functions "
+                f"({', '.join(reward_func_names)})"
+            )
+        return index
+    if which not in reward_func_names:
+        raise ValueError(f"hadw_correctness_reward={which!r} is not a reward function; allowed: {reward_func_names}")
+    return reward_func_names.index(which)
+
+
+class HADWGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` whose training advantages are Â·Φ (HA-DW). Needs `args` to be a `HADWGRPOConfig`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, HADWGRPOConfig):
+            raise TypeError(f"HADWGRPOTrainer needs args=HADWGRPOConfig(...), got {type(self.args).__name__}")
+        self.hadw_anchor: Anchor = make_anchor(self.args.hadw_anchor, **self.args.hadw_anchor_options())
+        self.hadw_correctness_index = resolve_reward_index(self.args.hadw_correctness_reward, self.reward_func_names)
+        self._hadw_rewards_per_func: torch.Tensor | None = None
+
+    def _calculate_rewards(self, *args, **kwargs) -> torch.Tensor:
+        # [N_global, num_reward_funcs], already gathered from every rank (TRL normalises per group on it).
+        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+        self._hadw_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func, self._hadw_rewards_per_func = self._hadw_rewards_per_func, None
+        if self.model.training:  # evaluation neither reweights nor moves the anchor
+            output["advantages"] = self._hadw_rescale(output["advantages"], rewards_per_func)
+        return output
+
+    def _hadw_rescale(self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]. Returns [n] Â·Φ."""
+        args = self.args
+        # An unscored (NaN) correctness reward counts as wrong: NaN > threshold is False.
+        correct = (rewards_per_func[:, self.hadw_correctness_index] > args.hadw_correctness_threshold).float()
+        # TRL lays the gathered batch out as consecutive groups of num_generations (rewards.view(-1, G)),
+        # and every rank holds an equal, contiguous slice of it.
+        group_ids = torch.arange(correct.numel(), device=correct.device) // self.num_generations
+        advantages = self.accelerator.gather(local_advantages)
+        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, args.hadw_lambda, args.hadw_enabled)
+
+        for name, value in result.metrics.items():
+            self._metrics["train"][name].append(value)
+        # The completions table was filled with Â; show what is trained on instead.
+        logged = self._logs["advantages"]
+        for _ in range(min(len(logged), advantages.numel())):
+            logged.pop()
+        logged.extend(result.advantages.tolist())
+
+        n = local_advantages.numel()
+        start = self.accelerator.process_index * n
+        return result.advantages[start : start + n]
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:  # the anchor is identical on every rank: the main process writes it
+            checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder = os.path.join(self._get_output_dir(trial=trial), checkpoint)
+            with open(os.path.join(folder, ANCHOR_STATE_NAME), "w") as f:
+                json.dump(self.hadw_anchor.state_dict(), f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, ANCHOR_STATE_NAME)
+        if not os.path.exists(path):
+            logger.warning("%s not found: HA-DW anchor starts afresh (checkpoint from a run without HA-DW?)", path)
+            return
+        with open(path) as f:
+            state = json.load(f)
+        try:
+            self.hadw_anchor.load_state_dict(state)
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{path}: cannot restore the HA-DW anchor ({e}); check hadw_anchor") from e
