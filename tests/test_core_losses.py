@@ -94,3 +94,12 @@ def test_presets_carry_paper_table_8_clips():
     assert (LOSS_PRESETS["gspo"].clip_low, LOSS_PRESETS["gspo"].clip_high) == (3e-4, 4e-4)
     assert (LOSS_PRESETS["dapo"].clip_low, LOSS_PRESETS["dapo"].clip_high) == (0.2, 0.28)
     assert LOSS_PRESETS["dapo"].aggregation == "token-mean"
+
+
+def test_overlong_penalty_dapo_shape():
+    from hadw.core.shaping import overlong_penalty
+
+    lengths = torch.tensor([10, 12, 13, 15, 16, 20])
+    # L_max = 16, buffer 4: free up to 12, then linear down to −1 at 16 and beyond
+    got = overlong_penalty(lengths, max_length=16, buffer=4, factor=1.0)
+    torch.testing.assert_close(got, torch.tensor([0.0, 0.0, -0.25, -0.75, -1.0, -1.0]))

@@ -101,9 +101,7 @@ def grpo_advantages(
 
 
 @register_advantage("drgrpo")
-def drgrpo_advantages(
-    rewards: torch.Tensor, group_ids: torch.Tensor, std: StdKind = "population"
-) -> GroupAdvantages:
+def drgrpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, std: StdKind = "population") -> GroupAdvantages:
     """Dr. GRPO: r − group mean, no division by the std (removes the difficulty re-weighting of std)."""
     index, mean, gstd, degenerate = _group_stats(rewards, group_ids, _ddof(std))
     adv = torch.where(degenerate, torch.zeros_like(rewards), rewards - mean)
@@ -111,9 +109,7 @@ def drgrpo_advantages(
 
 
 @register_advantage("rloo")
-def rloo_advantages(
-    rewards: torch.Tensor, group_ids: torch.Tensor, std: StdKind = "population"
-) -> GroupAdvantages:
+def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, std: StdKind = "population") -> GroupAdvantages:
     """REINFORCE leave-one-out: r_i − mean of the other responses of the group (0 for singletons)."""
     index, mean, gstd, degenerate = _group_stats(rewards, group_ids, _ddof(std))
     n = index.counts[index.inverse].to(rewards.dtype)

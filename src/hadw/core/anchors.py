@@ -191,9 +191,7 @@ class KalmanAnchor(Anchor):
         self.steps = int(state["steps"])
 
 
-ANCHORS: dict[str, type[Anchor]] = {
-    cls.kind: cls for cls in (WindowAnchor, KalmanAnchor, EMAAnchor, FixedAnchor)
-}
+ANCHORS: dict[str, type[Anchor]] = {cls.kind: cls for cls in (WindowAnchor, KalmanAnchor, EMAAnchor, FixedAnchor)}
 
 
 def make_anchor(kind: str = "window", **options: Any) -> Anchor:

@@ -1,0 +1,112 @@
+"""Atomic checkpoints that resume a run bit-for-bit on CPU.
+
+checkpoint-000040/
+    model/               save_pretrained (weights, config, tokenizer): loadable on its own
+    trainer_state.pt     optimiser, scheduler, RNG states (python, numpy, torch)
+    state.json           step, data position, anchor state, config
+The folder is written under a temporary name and renamed into place, and `latest` (a one-line file)
+is replaced atomically after that, so a crash mid-write never leaves a half checkpoint as the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "latest"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model,
+    tokenizer,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    state: dict[str, Any],
+    keep_last: int = 2,
+) -> Path:
+    """Write checkpoint-<step> atomically and point `latest` at it. `state` must be JSON-able."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / f"checkpoint-{step:06d}"
+    tmp = run_dir / f".tmp-checkpoint-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
+    torch.save(trainer_state, tmp / "trainer_state.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _atomic_write_text(run_dir / LATEST, final.name + "\n")
+    _prune(run_dir, keep_last)
+    return final
+
+
+def _prune(run_dir: Path, keep_last: int) -> None:
+    checkpoints = sorted(run_dir.glob("checkpoint-*"))
+    for old in checkpoints[: max(len(checkpoints) - keep_last, 0)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = run_dir / LATEST
+    if not pointer.is_file():
+        return None
+    path = run_dir / pointer.read_text(encoding="utf-8").strip()
+    return path if (path / "state.json").is_file() else None
+
+
+def load_model_weights(model, model_dir: Path) -> None:
+    """Load saved weights into an existing model in place (so the optimiser keeps its parameters)."""
+    from safetensors.torch import load_file
+    from transformers.modeling_utils import load_sharded_checkpoint
+
+    single = model_dir / "model.safetensors"
+    if single.is_file():
+        missing, unexpected = model.load_state_dict(load_file(single), strict=False)
+    else:
+        missing, unexpected = load_sharded_checkpoint(model, model_dir, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    if really_missing or unexpected:
+        raise RuntimeError(
+            f"checkpoint {model_dir} does not match the model: missing {really_missing}, unexpected {list(unexpected)}"
+        )
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore model, optimiser, scheduler and RNG states in place; return state.json's contents."""
+    load_model_weights(model, path / "model")
+    trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(trainer_state["optimizer"])
+    scheduler.load_state_dict(trainer_state["scheduler"])
+    set_rng_state(trainer_state["rng"])
+    return json.loads((path / "state.json").read_text(encoding="utf-8"))

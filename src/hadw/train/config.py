@@ -1,0 +1,301 @@
+"""The training configuration: one dataclass tree, loaded from YAML with dotted command-line overrides.
+
+    cfg = load_config("examples/grpo_hadw.yaml", ["hadw.enabled=true", "train.steps=50"])
+
+Every field has a default and a reason. `algorithm.preset` (grpo | gspo | dapo) fills the loss fields
+left at None with the paper's Table 8 values; `hadw.enabled` switches HA-DW on.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
+from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the key and what is allowed."""
+
+
+@dataclass
+class TinyModelConfig:
+    """Shape of the offline tiny model built when `model.path` is empty (CPU experiments, the demo)."""
+
+    arch: str = "qwen2"  # qwen2 | llama: the two architectures most RLVR work starts from
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2  # grouped-query attention, as in Qwen2/Llama-3
+    intermediate_size: int = 384
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # a local checkpoint directory (any HF causal LM); empty = build the tiny model
+    dtype: str = "float32"  # float32 | bfloat16; float32 keeps CPU runs bit-for-bit reproducible
+    device: str = "auto"  # auto | cpu | cuda
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    gradient_checkpointing: bool = False  # trade compute for memory on real models
+
+
+@dataclass
+class DataConfig:
+    # "task:<name>" for a built-in task, "benchmark:<name>" for a file under data_dir, or a file path
+    # (JSONL, parquet, or a saved HF dataset directory).
+    source: str = "task:addition"
+    levels: list[int] | None = None  # built-in tasks: the levels to train on (None = all)
+    layout: str = "auto"  # file sources: field layout (see hadw.data.LAYOUTS)
+    data_dir: str = ""  # where benchmark files live; empty = $HADW_SHARED_DATA or ../shared/data
+    template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
+    chat_template: str = "auto"  # auto (the tokenizer's, when it has one) | always | never
+    limit: int | None = None  # use only the first N rows of a file source
+    eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
+    eval_size: int = 200  # evaluation prompts per periodic evaluation
+
+
+@dataclass
+class RewardConfig:
+    # Weighted reward functions by name (see hadw.rewards); the total reward drives the advantages.
+    functions: list[str] = field(default_factory=lambda: ["exact"])
+    weights: list[float] | None = None  # None = all 1.0
+    correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
+    timeout_s: float = 5.0  # per-item verification timeout; a hang scores 0 and is counted
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf (batched sampling with a KV cache) | vllm (GPU, when installed)
+    group_size: int = 8  # G responses per prompt; the paper uses 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 16  # paper: 4096 on real models; tiny tasks need a handful
+    max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
+
+
+@dataclass
+class AlgorithmConfig:
+    preset: str = "grpo"  # grpo | gspo | dapo: fills the None fields below with the paper's values
+    advantage: str = "grpo"  # estimator name (see hadw.core.ADVANTAGE_ESTIMATORS)
+    std: str = "population"  # population (paper Fig. 1b) | sample (TRL / verl default)
+    policy_loss: str | None = None  # token_clip | sequence_clip
+    clip_low: float | None = None
+    clip_high: float | None = None
+    aggregation: str | None = None  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    kl_coef: float = 0.0  # β of the KL to the reference model; the paper trains without KL
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    # DAPO extras. Dynamic sampling refills the batch with non-degenerate groups; the paper ran DAPO
+    # with it off. Overlong: "mask" drops truncated responses from the loss, "penalty" is DAPO's soft
+    # length penalty over the last `overlong_buffer` tokens.
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = 3
+    overlong: str = "none"  # none | mask | penalty
+    overlong_buffer: int = 4
+    overlong_penalty: float = 1.0
+
+    def loss_spec(self) -> LossSpec:
+        base = LOSS_PRESETS[self.preset]
+        pick = lambda value, default: default if value is None else value
+        return LossSpec(
+            policy_loss=pick(self.policy_loss, base.policy_loss),
+            clip_low=pick(self.clip_low, base.clip_low),
+            clip_high=pick(self.clip_high, base.clip_high),
+            aggregation=pick(self.aggregation, base.aggregation),
+            kl_coef=self.kl_coef,
+            kl_estimator=self.kl_estimator,
+            entropy_coef=self.entropy_coef,
+        )
+
+
+@dataclass
+class HADWConfig:
+    enabled: bool = False
+    lam: float = 1.3  # λ_scale: paper Table 7's best (the authors' code uses 1.5)
+    anchor: str = "window"  # window | kalman | ema | fixed
+    window_k: int = 10  # the authors' released code
+    kalman_eta: float = 1.0
+    kalman_m: int = 10
+    kalman_eta_min: float = 0.0
+    ema_alpha: float = 0.2
+    fixed_value: float = 0.5
+
+    def anchor_options(self) -> dict[str, Any]:
+        return {
+            "window": {"k": self.window_k},
+            "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
+            "ema": {"alpha": self.ema_alpha},
+            "fixed": {"value": self.fixed_value},
+        }[self.anchor]
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6  # the paper's; tiny models need ~1e-4
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 10  # optimiser steps of linear warm-up
+    grad_clip: float = 1.0
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100  # rollout batches (training steps)
+    prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256)
+    mini_batch_prompts: int = 8  # prompts per optimiser step (paper: 16 -> 16 updates per batch)
+    ppo_epochs: int = 1  # passes over each rollout batch
+    seed: int = 0
+    output_dir: str = "runs/default"
+    eval_every: int = 0  # steps between evaluations (0 = only at the end)
+    eval_greedy: bool = True
+    num_threads: int = 0  # torch CPU threads (0 = torch's default); 1 per process when runs share cores
+
+
+@dataclass
+class LoggingConfig:
+    progress: bool = True  # a progress bar with live reward / accuracy
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "hadw"
+    sample_every: int = 10  # log a few completions every N steps (0 = never)
+    num_samples: int = 4
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # steps between checkpoints (0 = only at the end)
+    keep_last: int = 2  # older checkpoints are deleted
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    hadw: HADWConfig = field(default_factory=HADWConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def _known_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in fields(cls):
+        name = f"{prefix}{f.name}"
+        keys.append(name)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            keys += _known_keys(type(default), f"{name}.")
+    return keys
+
+
+def _unknown_key_error(key: str) -> ConfigError:
+    keys = _known_keys(Config)
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if not close:  # a typo in the last part only: compare against the section's keys
+        section = key.rsplit(".", 1)[0]
+        close = difflib.get_close_matches(key, [k for k in keys if k.startswith(section + ".")], n=1, cutoff=0.4)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file, then `key=value` overrides; validated. Raises ConfigError."""
+    merged = OmegaConf.structured(Config)
+    sources = []
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file not found: {path}")
+        sources.append(OmegaConf.load(path))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
+        sources.append(OmegaConf.from_dotlist([item]))
+    for source in sources:
+        try:
+            merged = OmegaConf.merge(merged, source)
+        except ConfigKeyError as err:
+            raise _unknown_key_error(str(err.full_key)) from None
+        except ValidationError as err:
+            raise ConfigError(f"invalid value for {err.full_key!r}: {err.msg.splitlines()[0]}") from None
+    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def _choice(key: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
+
+
+def _range(key: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{key}={value} is out of range; allowed: [{low}, {high}]")
+
+
+def validate(cfg: Config) -> None:
+    """Check every enumerated and bounded field; the message names the key and the allowed values."""
+    a, r, t = cfg.algorithm, cfg.rollout, cfg.train
+    _choice("model.dtype", cfg.model.dtype, ("float32", "bfloat16"))
+    _choice("model.device", cfg.model.device, ("auto", "cpu", "cuda"))
+    _choice("model.tiny.arch", cfg.model.tiny.arch, ("qwen2", "llama"))
+    _choice("algorithm.preset", a.preset, tuple(LOSS_PRESETS))
+    _choice("algorithm.advantage", a.advantage, tuple(sorted(ADVANTAGE_ESTIMATORS)))
+    _choice("algorithm.std", a.std, ("population", "sample"))
+    if a.policy_loss is not None:
+        _choice("algorithm.policy_loss", a.policy_loss, tuple(POLICY_LOSSES))
+    if a.aggregation is not None:
+        _choice("algorithm.aggregation", a.aggregation, AGGREGATIONS)
+    _choice("algorithm.kl_estimator", a.kl_estimator, ("k1", "k2", "k3"))
+    _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
+    _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
+    _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
+    _choice("rollout.engine", r.engine, ("hf", "vllm"))
+    _range("rollout.group_size", r.group_size, 2, 1 << 16)
+    _range("rollout.temperature", r.temperature, 0.0, 10.0)
+    _range("rollout.top_p", r.top_p, 1e-6, 1.0)
+    _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)
+    _range("hadw.lam", cfg.hadw.lam, 1e-6, 100.0)
+    _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
+    _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
+    _range("hadw.window_k", cfg.hadw.window_k, 1, 1 << 20)
+    _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
+    _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
+    _range("train.steps", t.steps, 0, 1 << 30)
+    _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
+    _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)
+    _range("train.ppo_epochs", t.ppo_epochs, 1, 100)
+    rw = cfg.reward
+    if rw.weights is not None and len(rw.weights) != len(rw.functions):
+        raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")
+    if rw.correctness not in rw.functions:
+        raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
+    for i, name in enumerate(rw.functions):
+        _choice(f"reward.functions[{i}]", name, _reward_names())
+
+
+def _reward_names() -> tuple[str, ...]:
+    from hadw.rewards import REWARDS
+
+    return tuple(REWARDS)
+
+
+def config_to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -1,0 +1,94 @@
+"""SFT warm start: teach a (tiny) model the answer format on a built-in task before RL.
+
+A random tiny model gets no reward at all, so every group is degenerate and RL has nothing to learn
+from. A short supervised phase on (prompt, answer) pairs brings it to a target greedy accuracy; RL then
+starts from a policy that solves some prompts of every level and fails others.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from hadw.data import Problem, make_task, render_prompt
+from hadw.eval.evaluate import evaluate
+
+
+@dataclass
+class SFTConfig:
+    task: str = "addition"
+    levels: list[int] | None = None  # None = every level of the task
+    template: str = "plain"
+    batch_size: int = 64
+    lr: float = 2e-3  # tiny models from scratch learn fast at this rate with AdamW
+    weight_decay: float = 0.0
+    max_steps: int = 3000
+    eval_every: int = 100
+    eval_size: int = 200
+    target_accuracy: float = 0.5  # stop once greedy accuracy on held-out problems reaches this
+    max_seconds: float | None = None  # wall-clock budget (the demo keeps within 10 minutes)
+    seed: int = 0
+
+
+@dataclass
+class SFTResult:
+    steps: int
+    accuracy: float
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _encode(tokenizer, problems: list[Problem], template: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded [B, L] input ids, attention mask, and labels (−100 on prompt and padding)."""
+    rows, labels = [], []
+    for problem in problems:
+        prompt = tokenizer(render_prompt(problem, template, tokenizer, False), add_special_tokens=False).input_ids
+        answer = [*tokenizer(problem.answer, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    targets = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
+    return ids, mask, targets
+
+
+def sft_warm_start(
+    model, tokenizer, cfg: SFTConfig, log: Callable[[dict[str, float]], None] | None = None
+) -> SFTResult:
+    """Train `model` in place until greedy accuracy ≥ cfg.target_accuracy (or a step/time budget)."""
+    # Held-out evaluation problems come from another seed than the training stream.
+    eval_problems = list(make_task(cfg.task, cfg.levels, seed=cfg.seed + 10_007, size=cfg.eval_size))
+    train_stream = make_task(cfg.task, cfg.levels, seed=cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = random.Random(cfg.seed)
+    start, history, accuracy, step = time.perf_counter(), [], 0.0, 0
+    model.train()
+    for step in range(1, cfg.max_steps + 1):
+        batch = [train_stream[rng.randrange(1 << 40)] for _ in range(cfg.batch_size)]
+        ids, mask, labels = _encode(tokenizer, batch, cfg.template)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        out_of_time = cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds
+        if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
+            model.eval()
+            report = evaluate(model, tokenizer, eval_problems, cfg.template, "exact", use_chat_template=False)
+            model.train()
+            accuracy = report.accuracy
+            entry = {"sft/step": step, "sft/loss": float(loss), "sft/accuracy": accuracy}
+            entry |= {f"sft/acc_{k.split('/')[-1]}": v for k, v in report.level_accuracy().items()}
+            history.append(entry)
+            if log is not None:
+                log(entry)
+            if accuracy >= cfg.target_accuracy or out_of_time:
+                break
+    model.eval()
+    return SFTResult(step, accuracy, time.perf_counter() - start, history)
