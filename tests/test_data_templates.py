@@ -1,0 +1,56 @@
+"""Prompt templates, with and without a tokenizer chat template."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+from hadw.data import Problem, render_prompt
+
+CHAT = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def _tokenizer(chat_template: str | None) -> PreTrainedTokenizerFast:
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    tok.chat_template = chat_template
+    return tok
+
+
+PROBLEM = Problem("What is $1+1$?", "2", None, "x", "x:0")
+
+
+def test_named_templates_without_tokenizer():
+    assert render_prompt(PROBLEM, "paper") == (
+        "What is $1+1$?. Let's think step by step and output the final answer within \\boxed{}."
+    )
+    assert render_prompt(PROBLEM, "verl") == (
+        "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
+    )
+    assert render_prompt(PROBLEM, "boxed").endswith("\nPlease reason step by step, and put your final answer "
+                                                    "within \\boxed{}.")
+    assert render_prompt(Problem("47+38", "85", 2, "addition", "a"), "plain") == "47+38="
+    assert render_prompt("7x=56", "Solve {question} -> x") == "Solve 7x=56 -> x"
+
+
+def test_chat_template_wraps_one_user_message_with_generation_prompt():
+    tok = _tokenizer(CHAT)
+    expected = "<|user|>47+38=\n<|assistant|>"
+    assert render_prompt("47+38", "plain", tok) == expected
+    assert render_prompt("47+38", "plain", tok, use_chat_template=True) == expected
+    assert render_prompt("47+38", "plain", tok, use_chat_template=False) == "47+38="
+
+
+def test_tokenizer_without_chat_template_gives_plain_text():
+    tok = _tokenizer(None)
+    assert render_prompt("47+38", "plain", tok) == "47+38="
+    with pytest.raises(ValueError, match="use_chat_template=True but the tokenizer has no chat_template"):
+        render_prompt("47+38", "plain", tok, use_chat_template=True)
+
+
+def test_unknown_template_lists_the_names():
+    with pytest.raises(ValueError, match=r"unknown template 'chat'; allowed: paper, verl, boxed, plain, question"):
+        render_prompt(PROBLEM, "chat")
