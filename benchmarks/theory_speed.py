@@ -57,8 +57,10 @@ def main() -> None:
     print(f"exact: bias {t_bias:.3f} s + prob_misestimate {t_prob:.3f} s = {t_exact:.3f} s")
 
     n_needed = needed_groups(P, GG)
-    print(f"Monte Carlo at SE {TARGET_SE:g}: {n_needed.sum():.3e} groups in all "
-          f"(median {np.median(n_needed):.3g}, max {n_needed.max():.3g} per point)")
+    print(
+        f"Monte Carlo at SE {TARGET_SE:g}: {n_needed.sum():.3e} groups in all "
+        f"(median {np.median(n_needed):.3g}, max {n_needed.max():.3g} per point)"
+    )
 
     rng = np.random.default_rng(args.seed)
     pick = rng.choice(P.size, size=args.sample, replace=False)
@@ -73,8 +75,10 @@ def main() -> None:
             if est.se > 0:
                 worst_z = max(worst_z, abs(float(est.value) - exact) / float(est.se))
     t_mc = t_sample * P.size / args.sample
-    print(f"Monte Carlo on {args.sample} random grid points: {t_sample:.2f} s, "
-          f"{n_needed.flat[pick].sum():.3e} groups; largest SE {worst_se:.2e}, worst |MC − exact| {worst_z:.2f} SE")
+    print(
+        f"Monte Carlo on {args.sample} random grid points: {t_sample:.2f} s, "
+        f"{n_needed.flat[pick].sum():.3e} groups; largest SE {worst_se:.2e}, worst |MC − exact| {worst_z:.2f} SE"
+    )
     print(f"Monte Carlo, extrapolated to the full grid: {t_mc:.3e} s ({t_mc / 3600:.1f} h)")
     print(f"ratio Monte Carlo / exact: {t_mc / t_exact:.3e}")
 

@@ -100,8 +100,10 @@ def test_corollary2_bound_and_poisson_limit():
     assert interval_average(1024, 0.0, 2.0 / 1024) == pytest.approx(limit, abs=1e-3)
 
 
-@pytest.mark.parametrize(("G", "lo", "hi", "direction"), [(8, 0.0, 0.5, "auto"), (5, 0.1, 0.9, "auto"),
-                                                          (7, 0.2, 0.6, "under"), (16, 0.3, 1.0, "over")])
+@pytest.mark.parametrize(
+    ("G", "lo", "hi", "direction"),
+    [(8, 0.0, 0.5, "auto"), (5, 0.1, 0.9, "auto"), (7, 0.2, 0.6, "under"), (16, 0.3, 1.0, "over")],
+)
 def test_interval_average_matches_fine_midpoint_rule(G, lo, hi, direction):
     n = 200_000
     p = lo + (np.arange(n) + 0.5) * (hi - lo) / n

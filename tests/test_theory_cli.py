@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 import numpy as np
@@ -50,14 +51,30 @@ def test_average_json_matches_library_and_reads_k_over_G(app):
     data = _run_json(app, ["average", "-G", "6", "-G", "8", "-i", "0:0.5", "-i", "0:2/G"])
     by_key = {(r["interval"], r["G"]): r for r in data["rows"]}
     assert by_key[("0:2/G", 8)]["hi"] == 0.25
-    for (spec, G), r in by_key.items():
+    for (_spec, G), r in by_key.items():
         assert r["average"] == pytest.approx(float(interval_average(G, r["lo"], r["hi"])), rel=1e-12)
     assert by_key[("0:0.5", 8)]["average"] > 0.63
 
 
 def test_lambda_json_matches_library(app):
-    data = _run_json(app, ["lambda", "--p-hat", "0.25", "--anchor", "0.5", "-G", "64", "--Delta", "0.1",
-                           "--delta", "0.1", "--eps", "0.05"])
+    data = _run_json(
+        app,
+        [
+            "lambda",
+            "--p-hat",
+            "0.25",
+            "--anchor",
+            "0.5",
+            "-G",
+            "64",
+            "--Delta",
+            "0.1",
+            "--delta",
+            "0.1",
+            "--eps",
+            "0.05",
+        ],
+    )
     li = lambda_interval(0.25, 0.5, 64, 0.1, 0.1, 0.05)
     for name in ("correct_lo", "correct_hi", "incorrect_lo", "incorrect_hi", "c_low", "c_high"):
         assert data[name] == pytest.approx(float(getattr(li, name)), rel=1e-12)
@@ -74,7 +91,7 @@ def test_continuous_json_matches_library(app):
 def test_plot_writes_pngs(app, tmp_path):
     data = _run_json(app, ["plot", "-o", str(tmp_path / "figs"), "-G", "2", "-G", "8", "--points", "3"])
     for key in ("binary_png", "continuous_png"):
-        png = open(data[key], "rb").read()
+        png = Path(data[key]).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     p = np.asarray(data["binary"]["p"])
     np.testing.assert_allclose(data["binary"]["abs_bias"]["8"], np.abs(bias(p, 8)), rtol=1e-12)

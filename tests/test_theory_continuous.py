@@ -28,8 +28,9 @@ def test_uniform_rewards_match_the_range_distribution():
 def test_beta_mirror_symmetry(a, b):
     # Beta(b, a) is Beta(a, b) mirrored about 1/2; mass piled up at 1 (b < 1) is the hard case numerically
     G = [2, 4, 8]
-    np.testing.assert_allclose(continuous_bias(beta_rewards(b, a), G, 0.1),
-                               -continuous_bias(beta_rewards(a, b), G, 0.1), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(
+        continuous_bias(beta_rewards(b, a), G, 0.1), -continuous_bias(beta_rewards(a, b), G, 0.1), rtol=1e-9, atol=1e-15
+    )
 
 
 def test_beta_sign_and_symmetric_case():

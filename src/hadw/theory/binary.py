@@ -17,6 +17,7 @@ import itertools
 from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import integrate, stats
 
 Direction = Literal["auto", "under", "over"]
@@ -27,7 +28,7 @@ DIRECTIONS = ("auto", "under", "over")
 _SNAP = 1e-9
 
 
-def check_p_G(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def check_p_G(p: ArrayLike, G: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Validate and broadcast (p, G); G comes back as float64 holding integers ≥ 2."""
     p = np.asarray(p, dtype=float)
     G_arr = np.asarray(G)
@@ -57,21 +58,21 @@ def log_p_and_1mp(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(easy, log_1mq, log_q), np.where(easy, log_q, log_1mq)
 
 
-def p_nondegenerate(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndarray:
+def p_nondegenerate(p: ArrayLike, G: ArrayLike) -> np.ndarray:
     """P(S) = 1 − (1−p)^G − p^G, the probability that a group produces a gradient."""
     p, G = check_p_G(p, G)
     _, log_q, log_1mq = _fold(p)
     return _nondegenerate(log_q, log_1mq, G)
 
 
-def p_degenerate(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndarray:
+def p_degenerate(p: ArrayLike, G: ArrayLike) -> np.ndarray:
     """P(R ∈ {0, G}) = (1−p)^G + p^G: all-wrong or all-right groups (Â = 0, no gradient)."""
     p, G = check_p_G(p, G)
     _, log_q, log_1mq = _fold(p)
     return np.exp(G * log_1mq) + np.exp(G * log_q)
 
 
-def expected_baseline(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndarray:
+def expected_baseline(p: ArrayLike, G: ArrayLike) -> np.ndarray:
     """E[p̂ | S] = (p − p^G) / (1 − (1−p)^G − p^G). Tends to 1/G as p → 0 and 1 − 1/G as p → 1."""
     p, G = check_p_G(p, G)
     easy, log_q, log_1mq = _fold(p)
@@ -80,7 +81,7 @@ def expected_baseline(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndar
     return np.where(easy, 1.0 - at_q, at_q)
 
 
-def bias(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndarray:
+def bias(p: ArrayLike, G: ArrayLike) -> np.ndarray:
     """Lemma 2: A − E[Â | S] = E[p̂ | S] − p = (p(1−p)^G + p^{G+1} − p^G) / (1 − (1−p)^G − p^G).
 
     Positive: the advantage is underestimated (hard prompt, p < 1/2); negative: overestimated (p > 1/2);
@@ -105,7 +106,7 @@ def _upper_tail(k: np.ndarray, G: np.ndarray, q: np.ndarray, log_1mq: np.ndarray
     return np.where(k <= 0, -np.expm1(G * log_1mq), stats.binom.sf(np.maximum(k, 0), G, q))
 
 
-def prob_count_given_S(p: np.typing.ArrayLike, G: np.typing.ArrayLike, a, b) -> np.ndarray:
+def prob_count_given_S(p: ArrayLike, G: ArrayLike, a, b) -> np.ndarray:
     """P(a ≤ R ≤ b | S) for integer bounds (clipped to [1, G−1]); exactly 1 when the range covers S."""
     p, G = check_p_G(p, G)
     a = np.maximum(np.broadcast_to(a, p.shape), 1.0)
@@ -130,9 +131,9 @@ def _bounds(p: np.ndarray, G: np.ndarray, eps: np.ndarray, direction: Direction)
 
 
 def prob_misestimate(
-    p: np.typing.ArrayLike,
-    G: np.typing.ArrayLike,
-    eps: np.typing.ArrayLike = 0.0,
+    p: ArrayLike,
+    G: ArrayLike,
+    eps: ArrayLike = 0.0,
     direction: Direction = "auto",
 ) -> np.ndarray:
     """Theorem 2: probability, given S, that Â misses A by more than ε in the direction of the bias.
@@ -178,9 +179,9 @@ def _interval_average_one(G: int, lo: float, hi: float, direction: Direction) ->
 
 
 def interval_average(
-    G: np.typing.ArrayLike,
-    lo: np.typing.ArrayLike,
-    hi: np.typing.ArrayLike,
+    G: ArrayLike,
+    lo: ArrayLike,
+    hi: ArrayLike,
     direction: Direction = "auto",
 ) -> np.ndarray:
     """(1/(hi−lo)) ∫_lo^hi prob_misestimate(p, G, eps=0, direction) dp: the probability of a mis-estimate
@@ -196,8 +197,10 @@ def interval_average(
     check_p_G(hi_arr, G_arr)
     if np.any(lo_arr >= hi_arr):
         raise ValueError("interval_average needs lo < hi")
-    out = [_interval_average_one(int(g), float(a), float(b), direction)
-           for g, a, b in zip(G_arr.ravel(), lo_arr.ravel(), hi_arr.ravel(), strict=True)]
+    out = [
+        _interval_average_one(int(g), float(a), float(b), direction)
+        for g, a, b in zip(G_arr.ravel(), lo_arr.ravel(), hi_arr.ravel(), strict=True)
+    ]
     return np.asarray(out, dtype=float).reshape(G_arr.shape)
 
 

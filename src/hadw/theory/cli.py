@@ -80,16 +80,31 @@ def table_cmd(
         "debias_constant": rectified.debias_constant(p, G),
     }
     rows = [
-        {"G": int(G.flat[i]), "p": float(p.flat[i]),
-         "direction": "under" if p.flat[i] <= 0.5 else "over", "eps": eps,
-         **{k: float(v.flat[i]) for k, v in columns.items()}}
+        {
+            "G": int(G.flat[i]),
+            "p": float(p.flat[i]),
+            "direction": "under" if p.flat[i] <= 0.5 else "over",
+            "eps": eps,
+            **{k: float(v.flat[i]) for k, v in columns.items()},
+        }
         for i in range(G.size)
     ]
-    table = _table(f"Binary rewards: bias given a non-degenerate group (ε = {eps:g})",
-                   ["G", "p", "P(degenerate)", "E[p̂|S]", "bias A−E[Â|S]", "direction", "P(mis-estimate)", "c*"])
+    table = _table(
+        f"Binary rewards: bias given a non-degenerate group (ε = {eps:g})",
+        ["G", "p", "P(degenerate)", "E[p̂|S]", "bias A−E[Â|S]", "direction", "P(mis-estimate)", "c*"],
+    )
     for r in rows:
-        _row(table, str(r["G"]), f"{r['p']:g}", _fmt(r["p_degenerate"]), _fmt(r["expected_baseline"]),
-                      _fmt(r["bias"]), r["direction"], _fmt(r["prob_misestimate"]), _fmt(r["debias_constant"]))
+        _row(
+            table,
+            str(r["G"]),
+            f"{r['p']:g}",
+            _fmt(r["p_degenerate"]),
+            _fmt(r["expected_baseline"]),
+            _fmt(r["bias"]),
+            r["direction"],
+            _fmt(r["prob_misestimate"]),
+            _fmt(r["debias_constant"]),
+        )
     _emit({"rows": rows}, table, as_json)
 
 
@@ -110,7 +125,9 @@ def parse_bound(text: str, G: int) -> float:
 def average_cmd(
     group_sizes: list[int] = typer.Option(list(range(2, 9)), "--group-size", "-G", help="Group size G (repeat)."),
     intervals: list[str] = typer.Option(
-        DEFAULT_INTERVALS, "--interval", "-i",
+        DEFAULT_INTERVALS,
+        "--interval",
+        "-i",
         help="Interval LO:HI of p (repeat). Bounds are numbers, fractions (1/8) or multiples of 1/G (2/G).",
     ),
     direction: str = typer.Option(
@@ -132,8 +149,10 @@ def average_cmd(
                 raise typer.BadParameter(f"{spec!r} at G={G} gives [{lo}, {hi}]; need 0 ≤ LO < HI ≤ 1")
             value = float(binary.interval_average(G, lo, hi, direction))
             rows.append({"G": G, "interval": spec, "lo": lo, "hi": hi, "direction": direction, "average": value})
-    table = _table(f"P(mis-estimate | S, p ~ U[LO, HI]), ε → 0, direction = {direction}",
-                   ["interval", *(f"G={G}" for G in group_sizes)])
+    table = _table(
+        f"P(mis-estimate | S, p ~ U[LO, HI]), ε → 0, direction = {direction}",
+        ["interval", *(f"G={G}" for G in group_sizes)],
+    )
     for spec in intervals:
         _row(table, spec, *(f"{r['average']:.4f}" for r in rows if r["interval"] == spec))
     _emit({"rows": rows}, table, as_json)
@@ -157,18 +176,28 @@ def lambda_cmd(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     data = {name: float(v) for name, v in li._asdict().items()}
-    data.update(p_hat=p_hat, anchor=anchor, G=group_size, Delta=margin, delta=delta, eps=eps,
-                eps_delta=float(cb.eps_delta), I_lo=float(cb.I_lo), I_hi=float(cb.I_hi),
-                both_empty=bool(not li.both_lo < li.both_hi))
-    table = _table(f"λ_scale range (Theorem 3): p̂={p_hat:g}, C={anchor:g}, G={group_size}, "
-                   f"Δ={margin:g}, δ={delta:g}, ε={eps:g}", ["quantity", "value"])
+    data.update(
+        p_hat=p_hat,
+        anchor=anchor,
+        G=group_size,
+        Delta=margin,
+        delta=delta,
+        eps=eps,
+        eps_delta=float(cb.eps_delta),
+        I_lo=float(cb.I_lo),
+        I_hi=float(cb.I_hi),
+        both_empty=bool(not li.both_lo < li.both_hi),
+    )
+    table = _table(
+        f"λ_scale range (Theorem 3): p̂={p_hat:g}, C={anchor:g}, G={group_size}, Δ={margin:g}, δ={delta:g}, ε={eps:g}",
+        ["quantity", "value"],
+    )
     _row(table, "ε_δ", _fmt(data["eps_delta"]))
     _row(table, "I", f"[{_fmt(data['I_lo'])}, {_fmt(data['I_hi'])}]")
     _row(table, "(c_low, c_high)", f"({_fmt(data['c_low'])}, {_fmt(data['c_high'])})")
     _row(table, "M = |p̂ − C|", _fmt(data["M"]))
     _row(table, f"λ, correct (D={data['D_correct']:+g})", f"({_fmt(li.correct_lo)}, {_fmt(li.correct_hi)})")
-    _row(table, f"λ, incorrect (D={data['D_incorrect']:+g})",
-                  f"({_fmt(li.incorrect_lo)}, {_fmt(li.incorrect_hi)})")
+    _row(table, f"λ, incorrect (D={data['D_incorrect']:+g})", f"({_fmt(li.incorrect_lo)}, {_fmt(li.incorrect_hi)})")
     _row(table, "λ, both", "empty" if data["both_empty"] else f"({_fmt(li.both_lo)}, {_fmt(li.both_hi)})")
     _emit(data, table, as_json)
 
@@ -192,9 +221,11 @@ def parse_distribution(spec: str):
 @bias_app.command("continuous")
 def continuous_cmd(
     dists: list[str] = typer.Option(
-        DEFAULT_DISTS, "--dist", "-d",
+        DEFAULT_DISTS,
+        "--dist",
+        "-d",
         help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
-             "[0, 1]); repeat for several.",
+        "[0, 1]); repeat for several.",
     ),
     group_sizes: list[int] = GroupSizes,
     sigma: float = typer.Option(0.1, "--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ."),
@@ -208,14 +239,31 @@ def continuous_cmd(
     for spec in dists:
         res = continuous.continuous_theory(parse_distribution(spec), np.asarray(group_sizes), sigma)
         for j, G in enumerate(group_sizes):
-            rows.append({"dist": spec, "mean": res.mean, "G": G, "sigma": sigma,
-                         "p_no_update": float(res.p_no_update[j]),
-                         "expected_baseline": float(res.expected_baseline[j]), "bias": float(res.bias[j])})
-    table = _table(f"Continuous rewards: bias given an update (σ = {sigma:g})",
-                   ["distribution", "mean p", "G", "P(no update)", "E[p̂|S_σ]", "bias A−E[Â|S_σ]"])
+            rows.append(
+                {
+                    "dist": spec,
+                    "mean": res.mean,
+                    "G": G,
+                    "sigma": sigma,
+                    "p_no_update": float(res.p_no_update[j]),
+                    "expected_baseline": float(res.expected_baseline[j]),
+                    "bias": float(res.bias[j]),
+                }
+            )
+    table = _table(
+        f"Continuous rewards: bias given an update (σ = {sigma:g})",
+        ["distribution", "mean p", "G", "P(no update)", "E[p̂|S_σ]", "bias A−E[Â|S_σ]"],
+    )
     for r in rows:
-        _row(table, r["dist"], f"{r['mean']:.4f}", str(r["G"]), _fmt(r["p_no_update"]),
-                      _fmt(r["expected_baseline"]), _fmt(r["bias"]))
+        _row(
+            table,
+            r["dist"],
+            f"{r['mean']:.4f}",
+            str(r["G"]),
+            _fmt(r["p_no_update"]),
+            _fmt(r["expected_baseline"]),
+            _fmt(r["bias"]),
+        )
     _emit({"rows": rows}, table, as_json)
 
 
@@ -239,8 +287,14 @@ def plot_cmd(
     binary_path, continuous_path = out_dir / "bias_binary.png", out_dir / "bias_continuous.png"
     data_binary = plots.plot_binary_bias(binary_path, group_sizes)
     data_cont = plots.plot_continuous_bias(continuous_path, group_sizes, sigma, concentration, points)
-    data = {"binary_png": str(binary_path), "continuous_png": str(continuous_path), "sigma": sigma,
-            "concentration": concentration, "binary": data_binary, "continuous": data_cont}
+    data = {
+        "binary_png": str(binary_path),
+        "continuous_png": str(continuous_path),
+        "sigma": sigma,
+        "concentration": concentration,
+        "binary": data_binary,
+        "continuous": data_cont,
+    }
     table = _table("Figures written", ["figure", "path"], right=False)
     _row(table, "|bias| vs p (binary, Figure 2)", str(binary_path))
     _row(table, f"bias vs mean (Beta, κ={concentration:g}, σ={sigma:g})", str(continuous_path))

@@ -21,6 +21,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special, stats
 
 _ORDER = 16
@@ -152,7 +153,7 @@ class ContinuousBias(NamedTuple):
     bias: np.ndarray  # E[p̂ | S_σ] − p  (positive = underestimated advantage)
 
 
-def continuous_theory(rewards, G: np.typing.ArrayLike, sigma: float, rtol: float = 1e-9) -> ContinuousBias:
+def continuous_theory(rewards, G: ArrayLike, sigma: float, rtol: float = 1e-9) -> ContinuousBias:
     """Theorem 4: P(S_σ^c), E[p̂ | S_σ] and the bias for rewards ~ `rewards` (frozen scipy distribution on
     [0, 1]), group sizes G (int or array, ≥ 2) and threshold σ ∈ [0, 1)."""
     check_rewards(rewards)
@@ -167,8 +168,9 @@ def continuous_theory(rewards, G: np.typing.ArrayLike, sigma: float, rtol: float
     while n_panels < 2048:  # double until both terms agree to rtol (+1e-15 absolute) between refinements
         n_panels *= 2
         current = _no_update_terms(rewards, G_f, sigma, n_panels)
-        converged = all(np.all(np.abs(c - p) <= rtol * np.abs(c) + 1e-15)
-                        for c, p in zip(current, previous, strict=True))
+        converged = all(
+            np.all(np.abs(c - p) <= rtol * np.abs(c) + 1e-15) for c, p in zip(current, previous, strict=True)
+        )
         previous = current
         if converged:
             break
@@ -181,6 +183,6 @@ def continuous_theory(rewards, G: np.typing.ArrayLike, sigma: float, rtol: float
     return ContinuousBias(p, p_no_update.reshape(shape), baseline.reshape(shape), bias.reshape(shape))
 
 
-def continuous_bias(rewards, G: np.typing.ArrayLike, sigma: float) -> np.ndarray:
+def continuous_bias(rewards, G: ArrayLike, sigma: float) -> np.ndarray:
     """Theorem 4's bias A − E[Â | S_σ] = E[p̂ | S_σ] − p (see `continuous_theory`)."""
     return continuous_theory(rewards, G, sigma).bias

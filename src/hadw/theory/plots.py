@@ -50,8 +50,9 @@ def plot_continuous_bias(
 ) -> dict:
     """A − E[Â | S_σ] against the mean reward for Beta(μκ, (1−μ)κ) rewards, one curve per G (Theorem 4)."""
     means = np.linspace(0.04, 0.96, n_points)
-    values = np.array([continuous_theory(beta_from_mean(m, concentration), list(group_sizes), sigma).bias
-                       for m in means])  # (n_points, len(G))
+    values = np.array(
+        [continuous_theory(beta_from_mean(m, concentration), list(group_sizes), sigma).bias for m in means]
+    )  # (n_points, len(G))
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     for j, G in enumerate(group_sizes):

@@ -10,19 +10,20 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize
 
 from hadw.theory.binary import check_p_G, log_p_and_1mp, p_nondegenerate
 
 
-def debias_constant(p: np.typing.ArrayLike, G: np.typing.ArrayLike) -> np.ndarray:
+def debias_constant(p: ArrayLike, G: ArrayLike) -> np.ndarray:
     """c* = p / E[p̂ | S] = (1 − (1−p)^G − p^G) / (1 − p^{G−1}); tends to 0 as p → 0 and G/(G−1) as p → 1."""
     p, G = check_p_G(p, G)
     log_p, _ = log_p_and_1mp(p)
     return p_nondegenerate(p, G) / -np.expm1((G - 1) * log_p)
 
 
-def eps_delta(G: np.typing.ArrayLike, Delta: np.typing.ArrayLike, delta: np.typing.ArrayLike) -> np.ndarray:
+def eps_delta(G: ArrayLike, Delta: ArrayLike, delta: ArrayLike) -> np.ndarray:
     """ε_δ = sqrt( log(2 / (δ (1 − (1−Δ)^G − Δ^G))) / (2G) ): |p̂ − p| < ε_δ with prob. ≥ 1 − δ given S,
     for any p ∈ [Δ, 1−Δ] (Hoeffding, divided by the worst-case P(S))."""
     Delta, delta = np.asarray(Delta, float), np.asarray(delta, float)
@@ -54,8 +55,9 @@ def _extremum(fun, lo: float, hi: float, maximise: bool, n_grid: int = 257) -> f
     best = values[i]
     left, right = grid[max(i - 1, 0)], grid[min(i + 1, n_grid - 1)]
     if right > left:
-        res = optimize.minimize_scalar(lambda x: sign * float(fun(x)), bounds=(left, right), method="bounded",
-                                       options={"xatol": 1e-12})
+        res = optimize.minimize_scalar(
+            lambda x: sign * float(fun(x)), bounds=(left, right), method="bounded", options={"xatol": 1e-12}
+        )
         best = min(best, res.fun)
     return sign * best
 
@@ -72,11 +74,11 @@ def _c_bounds_one(p_hat: float, G: int, Delta: float, delta: float, eps: float):
 
 
 def c_bounds(
-    p_hat: np.typing.ArrayLike,
-    G: np.typing.ArrayLike,
-    Delta: np.typing.ArrayLike,
-    delta: np.typing.ArrayLike,
-    eps: np.typing.ArrayLike,
+    p_hat: ArrayLike,
+    G: ArrayLike,
+    Delta: ArrayLike,
+    delta: ArrayLike,
+    eps: ArrayLike,
 ) -> CBounds:
     """Lemma 1: c_low = sup_{p∈I} (p−ε) c*(p) / p,  c_high = inf_{p∈I} (p+ε) c*(p) / p,
     with I = [p̂ − ε_δ, p̂ + ε_δ] ∩ [Δ, 1−Δ] (note (p±ε)A(p)/(p(1−p^{G−1})) = (p±ε) c*(p)/p).
@@ -86,11 +88,18 @@ def c_bounds(
     """
     if np.any(np.asarray(eps, float) <= 0):
         raise ValueError(f"eps must be > 0; got {eps}")
-    args = np.broadcast_arrays(np.asarray(p_hat, float), np.asarray(G), np.asarray(Delta, float),
-                               np.asarray(delta, float), np.asarray(eps, float))
+    args = np.broadcast_arrays(
+        np.asarray(p_hat, float),
+        np.asarray(G),
+        np.asarray(Delta, float),
+        np.asarray(delta, float),
+        np.asarray(eps, float),
+    )
     check_p_G(args[0], args[1])
-    rows = [_c_bounds_one(float(ph), int(g), float(D), float(d), float(e))
-            for ph, g, D, d, e in zip(*(a.ravel() for a in args), strict=True)]
+    rows = [
+        _c_bounds_one(float(ph), int(g), float(D), float(d), float(e))
+        for ph, g, D, d, e in zip(*(a.ravel() for a in args), strict=True)
+    ]
     cols = np.asarray(rows, dtype=float).reshape(*args[0].shape, 5)
     return CBounds(*(cols[..., j] for j in range(5)))
 
@@ -113,12 +122,12 @@ class LambdaInterval(NamedTuple):
 
 
 def lambda_interval(
-    p_hat: np.typing.ArrayLike,
-    anchor: np.typing.ArrayLike,
-    G: np.typing.ArrayLike,
-    Delta: np.typing.ArrayLike,
-    delta: np.typing.ArrayLike,
-    eps: np.typing.ArrayLike,
+    p_hat: ArrayLike,
+    anchor: ArrayLike,
+    G: ArrayLike,
+    Delta: ArrayLike,
+    delta: ArrayLike,
+    eps: ArrayLike,
 ) -> LambdaInterval:
     """Theorem 3: λ_scale such that Â·Φ equals the rectified advantage r − c p̂ for some c ∈ (c_low, c_high),
     so |E[Â Φ | S] − A| < |E[Â | S] − A|.
@@ -143,8 +152,17 @@ def lambda_interval(
     correct_hi = (1.0 + (1.0 - cb.c_low) * odds) / np.exp(D_correct * M)
     incorrect_lo = cb.c_low / np.exp(D_incorrect * M)
     incorrect_hi = cb.c_high / np.exp(D_incorrect * M)
-    return LambdaInterval(
-        correct_lo, correct_hi, incorrect_lo, incorrect_hi,
-        np.maximum(correct_lo, incorrect_lo), np.minimum(correct_hi, incorrect_hi),
-        cb.c_low, cb.c_high, D_correct, D_incorrect, M,
+    fields = (
+        correct_lo,
+        correct_hi,
+        incorrect_lo,
+        incorrect_hi,
+        np.maximum(correct_lo, incorrect_lo),
+        np.minimum(correct_hi, incorrect_hi),
+        cb.c_low,
+        cb.c_high,
+        D_correct,
+        D_incorrect,
+        M,
     )
+    return LambdaInterval(*(np.asarray(f, dtype=float) for f in fields))

@@ -99,9 +99,7 @@ class ContinuousMC:
     n_groups: int
 
 
-def monte_carlo_continuous(
-    rewards, G: int, sigma: float, n_groups: int = 100_000, seed: int = 0
-) -> ContinuousMC:
+def monte_carlo_continuous(rewards, G: int, sigma: float, n_groups: int = 100_000, seed: int = 0) -> ContinuousMC:
     """Simulate n_groups groups of G rewards ~ `rewards` (frozen scipy distribution on [0, 1]); a group
     updates when max − min > σ (the event S_σ of Theorem 4)."""
     check_rewards(rewards)
