@@ -165,6 +165,13 @@ def test_hf_datasets_save_to_disk_directory(tmp_path):
     assert load_dataset_file(tmp_path / "one", layout="math")[0].answer == "7"
 
 
+def test_hf_local_dataset_folder_of_data_files(tmp_path):
+    folder = tmp_path / "my_gsm"
+    folder.mkdir()
+    _write_jsonl(folder / "test.jsonl", [{"question": "q", "answer": "so #### 1,234"}])
+    assert load_dataset_file(folder) == [Problem("q", "1234", None, "gsm8k", "gsm8k:0")]
+
+
 def test_last_boxed_handles_nesting_and_truncation():
     assert last_boxed("a \\boxed{1} b \\boxed{\\frac{a}{\\sqrt{b}}} c") == "\\frac{a}{\\sqrt{b}}"
     assert last_boxed("\\boxed{1} and \\boxed{\\frac{1}{2") is None  # truncated last box

@@ -8,6 +8,7 @@ never raises for a bad item: the item scores 0 and is counted as an error or a t
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -83,6 +84,13 @@ def run_reward(
         return _in_process(fn.item_fn, completions, answers)
     from hadw.rewards.pool import get_pool
 
+    try:
+        pickle.dumps(fn.item_fn)
+    except Exception as e:
+        raise ValueError(
+            f"reward {fn.name!r} runs in the verifier pool, so its item_fn must be picklable (a module-level "
+            f"function): {e}"
+        ) from None
     outcomes = get_pool().map(fn.item_fn, completions, answers, timeout_s)
     failed = [o.message for o in outcomes if o.status != "ok"]
     return ItemScores(

@@ -111,7 +111,13 @@ class VerifierPool:
         with self.lock:
             while len(self.workers) < self.num_workers:
                 self.workers.append(_Worker(self.ctx, self.warm_up))
-            return self._map(fn, completions, answers, timeout_s)
+            try:
+                return self._map(fn, completions, answers, timeout_s)
+            except BaseException:
+                # Interrupted or broken mid-batch: workers may still hold items whose results would be
+                # read by the next call. Start from fresh workers instead.
+                self.close(wait=False)
+                raise
 
     def _map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
         results: list[Outcome | None] = [None] * len(completions)
@@ -136,6 +142,7 @@ class VerifierPool:
                 except (EOFError, OSError):  # the worker died (segfault, OOM kill): replace it
                     if not worker.ready:
                         raise RuntimeError("a verifier worker died while starting; see its stderr") from None
+                    worker.process.join(timeout=1.0)
                     message = Outcome("error", 0.0, f"verifier worker died (exit code {worker.process.exitcode})")
                     self._replace(worker)
                 if message == "ready":
@@ -157,13 +164,14 @@ class VerifierPool:
                     raise RuntimeError(f"a verifier worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return results  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers: ask them to exit (wait=True, up to 1 s each), then kill what is left."""
         for worker in self.workers:
-            with contextlib.suppress(OSError):
-                worker.conn.send(None)
-            worker.process.join(timeout=1.0)
-            if worker.process.is_alive():
-                worker.kill()
+            if wait:
+                with contextlib.suppress(OSError):
+                    worker.conn.send(None)
+                worker.process.join(timeout=1.0)
+            worker.kill()
         self.workers = []
 
 
