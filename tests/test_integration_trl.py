@@ -17,17 +17,17 @@ import torch
 
 pytest.importorskip("trl", reason="TRL not installed: pip install 'hadw[trl]'")
 
-from datasets import Dataset  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
 
-from hadw.core import apply_hadw, compute_advantages, make_anchor  # noqa: E402
-from hadw.integrations.trl import (  # noqa: E402
+from hadw.core import apply_hadw, compute_advantages, make_anchor
+from hadw.integrations.trl import (
     ANCHOR_STATE_NAME,
     HADWGRPOConfig,
     HADWGRPOTrainer,
     resolve_reward_index,
 )
-from hadw.rollout.models import build_tiny_model  # noqa: E402
+from hadw.rollout.models import build_tiny_model
 
 G = 4  # completions per prompt
 TRL_EPS = 1e-4  # TRL divides by (sample std + 1e-4)
@@ -204,7 +204,9 @@ def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, lev
 def test_checkpoint_resume_restores_anchor(tiny_model, tmp_path):
     straight = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "straight", max_steps=3)
     straight.train()
-    first = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=2)
+    first = make_trainer(
+        HADWGRPOTrainer, tiny_model, tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=2
+    )
     first.train()
     checkpoint = tmp_path / "run" / "checkpoint-2"
     saved = json.loads((checkpoint / ANCHOR_STATE_NAME).read_text())
@@ -218,8 +220,10 @@ def test_checkpoint_resume_restores_anchor(tiny_model, tmp_path):
 
 
 def test_config_validation_and_reward_resolution(tmp_path):
-    common = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, report_to=[], use_cpu=True)
-    with pytest.raises(ValueError, match="hadw_anchor='median'.*allowed: window"):
+    common = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, report_to=[], use_cpu=True
+    )
+    with pytest.raises(ValueError, match=r"hadw_anchor='median'.*allowed: window"):
         HADWGRPOConfig(**common, hadw_anchor="median")
     with pytest.raises(ValueError, match="kalman anchor needs"):
         HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_m=1)
