@@ -1,6 +1,8 @@
 """Accuracy of a model on a list of Problems: greedy, avg@k and unbiased pass@k, by source and level.
 
 The trainer's periodic evaluation and `hadw eval` both call `evaluate`; it never touches an anchor.
+`evaluate_sources` runs it over several data sources (each with its own template and verifier), greedy
+and sampled, and merges the results into one table: bucket -> {count, greedy, avg@k, pass@j}.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from math import comb
 import torch
 
 from hadw.data import Problem, render_prompt
+from hadw.eval.data import EvalSource
 from hadw.rewards import RewardSpec, score
 from hadw.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
 
@@ -99,3 +102,71 @@ def evaluate(
         if progress is not None:
             progress(len(chunk))
     return EvalReport(correct, list(problems), k, _summarise(correct, problems, pass_ks))
+
+
+@dataclass
+class EvalResult:
+    """Merged table of `evaluate_sources`: bucket ("all", "source", "source/Lx") -> metric -> value."""
+
+    buckets: dict[str, dict[str, float]]
+    k: int
+    temperature: float
+    sources: list[str]
+    greedy: list[list[float]]  # [num_problems, 1] greedy correctness, problems in source order
+    sampled: list[list[float]] | None  # [num_problems, k] at `temperature`, None when k = 1
+
+    def to_dict(self) -> dict:
+        return {"k": self.k, "temperature": self.temperature, "sources": self.sources, "buckets": self.buckets}
+
+
+def evaluate_sources(
+    model,
+    tokenizer,
+    sources: Sequence[EvalSource],
+    k: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    pass_ks: Sequence[int] = (1,),
+    batch_size: int = 64,
+    seed: int = 0,
+    use_chat_template: bool | str = "auto",
+    progress=None,
+    engine: RolloutEngine | None = None,
+) -> EvalResult:
+    """Greedy accuracy, and with k > 1 avg@k and pass@j (j in pass_ks, j ≤ k) at `temperature`.
+
+    progress: optional callable(advance: int), called with the number of problems done in each batch
+    (each problem is visited once greedily and once more when sampling).
+    """
+    engine = engine or HFRolloutEngine(model, tokenizer)
+    problems: list[Problem] = []
+    greedy: list[list[float]] = []
+    sampled: list[list[float]] = []
+    sample = k > 1
+    if not sample:
+        pass_ks = ()
+    for source in sources:
+        common = dict(
+            template=source.template,
+            reward=source.reward,
+            max_new_tokens=source.max_new_tokens,
+            batch_size=batch_size,
+            seed=seed,
+            engine=engine,
+            use_chat_template=use_chat_template,
+            progress=progress,
+        )
+        problems += source.problems
+        greedy += evaluate(model, tokenizer, source.problems, k=1, temperature=0.0, **common).correct
+        if sample:
+            sampled += evaluate(
+                model, tokenizer, source.problems, k=k, temperature=temperature, top_p=top_p, **common
+            ).correct
+    table = {
+        key: {"count": row["count"], "greedy": row["avg@k"]} for key, row in _summarise(greedy, problems, ()).items()
+    }
+    if sample:
+        for key, row in _summarise(sampled, problems, pass_ks).items():
+            table[key][f"avg@{k}"] = row["avg@k"]
+            table[key] |= {name: value for name, value in row.items() if name.startswith("pass@")}
+    return EvalResult(table, k, temperature, [s.name for s in sources], greedy, sampled if sample else None)

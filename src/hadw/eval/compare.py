@@ -1,0 +1,397 @@
+"""Multi-seed comparison: N seeds × several configs ("arms"), run or collected, with intervals.
+
+    arms = [parse_arm("grpo:"), parse_arm("hadw:hadw.enabled=true")]
+    specs = plan_runs("cfg.yaml", arms, seeds=[0, 1, 2], out_dir="runs/cmp")
+    run_all(specs, jobs=2)                     # finished runs are reused, interrupted ones resume
+    result = aggregate(collect_runs(specs), baseline="grpo")
+
+Layout: <out_dir>/<arm>/seed<k>/ is one Trainer run dir (metrics.jsonl, config.yaml, checkpoint-*/,
+final_model/). A run is *finished* when final_model/ exists and metrics.jsonl holds the final record
+("final": 1, "eval/<bucket>/<metric>" keys); it is then never run again. A run with a checkpoint
+resumes from it (Trainer(..., resume=True)); anything else starts from scratch.
+
+Aggregation is per final metric key ("eval/all/avg@k", "eval/addition/L3/avg@k", ...): per arm the mean
+over seeds with a t (or bootstrap) interval, and per arm the paired difference to the baseline arm
+(paired by seed: both arms share the seed's prompts and sampling streams, so the pairing removes the
+seed-to-seed variation both arms have in common).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hadw.eval.stats import Interval, PairedDifference, interval, paired_difference
+from hadw.train.metrics_log import METRICS_FILE, read_jsonl
+
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+MANIFEST = "compare_manifest.json"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    overrides: tuple[str, ...] = ()
+
+
+def split_overrides(text: str) -> list[str]:
+    """ "a=1,b.c=[1,2] d=x" -> ["a=1", "b.c=[1,2]", "d=x"]: commas/spaces split, except inside [] {} or quotes."""
+    items, current, depth, quote = [], "", 0, ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch in ", \t" and depth == 0:
+            if current:
+                items.append(current)
+            current = ""
+            continue
+        current += ch
+    if current:
+        items.append(current)
+    return items
+
+
+def parse_arm(text: str) -> Arm:
+    """ "name:key=value,key=value" (or "name:" for the config as is) -> Arm."""
+    name, sep, rest = text.partition(":")
+    if not sep or not ARM_NAME.match(name):
+        raise ValueError(
+            f"--arm {text!r}: expected NAME:OVERRIDES, e.g. 'grpo:' or 'hadw:hadw.enabled=true,hadw.lam=1.3' "
+            "(NAME: letters, digits, _ . + -)"
+        )
+    overrides = split_overrides(rest)
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ValueError(f"--arm {text!r}: overrides must look like key=value; got {bad}")
+    return Arm(name, tuple(overrides))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning and running
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    arm: str
+    seed: int
+    run_dir: Path
+    config_path: str | None
+    overrides: tuple[str, ...]  # base + arm + seed/output overrides, in the order applied
+
+
+def run_dir_for(out_dir: str | Path, arm: str, seed: int) -> Path:
+    return Path(out_dir) / arm / f"seed{seed}"
+
+
+def plan_runs(
+    config_path: str | Path | None,
+    arms: Sequence[Arm],
+    seeds: Sequence[int],
+    out_dir: str | Path,
+    base_overrides: Sequence[str] = (),
+    threads_per_run: int = 1,
+) -> list[RunSpec]:
+    """One RunSpec per (arm, seed); seed and output dir are set last so an arm cannot change them."""
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"arm names must be unique; got {names}")
+    if not arms or not seeds:
+        raise ValueError("need at least one --arm and one seed")
+    specs = []
+    for arm in arms:
+        for seed in seeds:
+            run_dir = run_dir_for(out_dir, arm.name, seed)
+            tail = (
+                f"train.seed={seed}",
+                f"train.output_dir={run_dir}",
+                f"train.num_threads={threads_per_run}",
+                "logging.progress=false",
+            )
+            specs.append(
+                RunSpec(
+                    arm.name,
+                    seed,
+                    run_dir,
+                    str(config_path) if config_path else None,
+                    (*base_overrides, *arm.overrides, *tail),
+                )
+            )
+    return specs
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / "final_model").is_dir() and final_record(run_dir) is not None
+
+
+def final_record(run_dir: Path) -> dict | None:
+    finals = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final") == 1]
+    return finals[-1] if finals else None
+
+
+def run_status(run_dir: Path) -> str:
+    """ "finished" | "resume" (has a checkpoint) | "new"."""
+    from hadw.train.checkpoint import latest_checkpoint
+
+    if is_finished(run_dir):
+        return "finished"
+    return "resume" if latest_checkpoint(run_dir) is not None else "new"
+
+
+def _check_same_config(spec: RunSpec, cfg) -> None:
+    """A reused or resumed run must have been made with the same config; else the comparison is silently wrong."""
+    from hadw.train.config import config_to_yaml
+
+    stored = spec.run_dir / "config.yaml"
+    if stored.is_file() and stored.read_text(encoding="utf-8") != config_to_yaml(cfg):
+        raise ValueError(
+            f"{stored} was written with a different configuration than arm {spec.arm!r} seed {spec.seed} asks for; "
+            "use another --out folder or delete that run dir"
+        )
+
+
+def execute_run(spec: RunSpec) -> dict:
+    """Train one run (or reuse / resume it). Returns {"arm", "seed", "status", "error"}; never raises."""
+    status = "?"
+    try:
+        from hadw.train.config import load_config
+
+        cfg = load_config(spec.config_path, list(spec.overrides))
+        status = run_status(spec.run_dir)
+        _check_same_config(spec, cfg)
+        if status == "finished":
+            return {"arm": spec.arm, "seed": spec.seed, "status": "reused", "error": None}
+        if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
+            for name in (METRICS_FILE, "samples.jsonl"):
+                (spec.run_dir / name).unlink(missing_ok=True)
+        from hadw.train.trainer import Trainer
+
+        spec.run_dir.mkdir(parents=True, exist_ok=True)
+        with (
+            open(spec.run_dir / "train.log", "a", encoding="utf-8") as log,
+            contextlib.redirect_stdout(log),
+            contextlib.redirect_stderr(log),
+        ):
+            Trainer(cfg, resume=status == "resume").train(progress=False)
+        return {
+            "arm": spec.arm,
+            "seed": spec.seed,
+            "status": "resumed" if status == "resume" else "trained",
+            "error": None,
+        }
+    except Exception as err:  # one failed run must not take the others down; reported at the end
+        return {
+            "arm": spec.arm,
+            "seed": spec.seed,
+            "status": "failed",
+            "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=5)}",
+        }
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # runs share the cores; more threads per process only thrash
+
+
+def run_all(
+    specs: Sequence[RunSpec],
+    jobs: int = 1,
+    on_done: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Execute every spec, `jobs` at a time in separate (spawned) processes; jobs = 1 runs in this process."""
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {jobs}")
+    results = []
+    if jobs == 1:
+        for spec in specs:
+            results.append(execute_run(spec))
+            if on_done:
+                on_done(results[-1])
+        return results
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+        futures = [pool.submit(execute_run, spec) for spec in specs]
+        for future in as_completed(futures):
+            results.append(future.result())
+            if on_done:
+                on_done(results[-1])
+    return results
+
+
+def write_manifest(out_dir: str | Path, arms: Sequence[Arm], seeds: Sequence[int], config_path, base_overrides) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "config": str(config_path) if config_path else None,
+        "overrides": list(base_overrides),
+        "arms": [{"name": a.name, "overrides": list(a.overrides)} for a in arms],
+        "seeds": list(seeds),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
+def discover(out_dir: str | Path) -> tuple[list[str], list[int]]:
+    """Arms and seeds of an existing comparison folder: from its manifest, else from <arm>/seed<k>/ dirs."""
+    out = Path(out_dir)
+    if (out / MANIFEST).is_file():
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        return [a["name"] for a in manifest["arms"]], list(manifest["seeds"])
+    arms, seeds = [], set()
+    for arm_dir in sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []:
+        found = [int(m.group(1)) for d in arm_dir.iterdir() if (m := re.fullmatch(r"seed(\d+)", d.name))]
+        if found:
+            arms.append(arm_dir.name)
+            seeds.update(found)
+    if not arms:
+        raise FileNotFoundError(f"{out}: no {MANIFEST} and no <arm>/seed<k>/ run dirs")
+    return arms, sorted(seeds)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Collecting and aggregating
+
+
+@dataclass
+class RunLog:
+    arm: str
+    seed: int
+    run_dir: Path
+    final: dict[str, float] | None  # the final record's numeric values (None: not finished)
+    steps: list[dict]  # per-step records (the final record excluded)
+
+
+def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, RunLog]]:
+    """arm -> seed -> RunLog for every run dir that exists."""
+    runs: dict[str, dict[int, RunLog]] = {}
+    for arm in arms:
+        runs[arm] = {}
+        for seed in seeds:
+            run_dir = run_dir_for(out_dir, arm, seed)
+            records = read_jsonl(run_dir / METRICS_FILE)
+            if not records:
+                continue
+            finals = [r for r in records if r.get("final") == 1]
+            final = {k: float(v) for k, v in finals[-1].items() if isinstance(v, int | float)} if finals else None
+            steps = [r for r in records if r.get("final") != 1]
+            runs[arm][seed] = RunLog(arm, seed, run_dir, final, steps)
+    return runs
+
+
+@dataclass
+class MetricComparison:
+    key: str  # e.g. "eval/addition/L3/avg@k"
+    arms: dict[str, Interval]
+    values: dict[str, dict[int, float]]  # arm -> seed -> value
+    diffs: dict[str, PairedDifference]  # non-baseline arm -> (arm − baseline)
+
+    def to_dict(self) -> dict:
+        return {
+            "arms": {a: iv.to_dict() for a, iv in self.arms.items()},
+            "values": {a: {str(s): v for s, v in vals.items()} for a, vals in self.values.items()},
+            "diffs": {a: d.to_dict() for a, d in self.diffs.items()},
+        }
+
+
+@dataclass
+class CompareResult:
+    baseline: str
+    arms: list[str]
+    confidence: float
+    method: str
+    metrics: dict[str, MetricComparison] = field(default_factory=dict)
+    missing: dict[str, list[int]] = field(default_factory=dict)  # arm -> seeds without a final record
+
+    def to_dict(self) -> dict:
+        return {
+            "baseline": self.baseline,
+            "arms": self.arms,
+            "confidence": self.confidence,
+            "method": self.method,
+            "missing": self.missing,
+            "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
+        }
+
+
+def final_keys(runs: dict[str, dict[int, RunLog]], metric_names: Sequence[str]) -> list[str]:
+    """Final-record keys "eval/<bucket>/<name>" for the given metric names, present in any run."""
+    keys: set[str] = set()
+    for by_seed in runs.values():
+        for log in by_seed.values():
+            if log.final:
+                keys.update(k for k in log.final if k.startswith("eval/") and k.rsplit("/", 1)[-1] in metric_names)
+    return sorted(keys)
+
+
+def aggregate(
+    runs: dict[str, dict[int, RunLog]],
+    baseline: str | None = None,
+    metric_names: Sequence[str] = ("avg@k",),
+    confidence: float = 0.95,
+    method: str = "t",
+) -> CompareResult:
+    """Per final metric key: each arm's mean and interval over seeds, and its paired difference to the baseline."""
+    arms = list(runs)
+    baseline = baseline or arms[0]
+    if baseline not in runs:
+        raise ValueError(f"baseline arm {baseline!r} is not one of {arms}")
+    result = CompareResult(baseline, arms, confidence, method)
+    result.missing = {a: sorted(s for s, log in by_seed.items() if log.final is None) for a, by_seed in runs.items()}
+    for key in final_keys(runs, metric_names):
+        values = {
+            a: {s: log.final[key] for s, log in by_seed.items() if log.final and key in log.final}
+            for a, by_seed in runs.items()
+        }
+        arms_iv = {a: interval(list(v.values()), confidence, method) for a, v in values.items() if v}
+        diffs = {}
+        for arm in arms:
+            if arm != baseline and set(values.get(arm, {})) & set(values.get(baseline, {})):
+                diffs[arm] = paired_difference(values[arm], values[baseline], confidence, method)
+        result.metrics[key] = MetricComparison(key, arms_iv, values, diffs)
+    return result
+
+
+def curve(
+    logs: Sequence[RunLog], metric: str, smooth: int = 1, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, low, high) of `metric` over the seeds, on the steps every seed logged it.
+
+    smooth: trailing moving average over this many logged points (per seed, before averaging). The band
+    is the t interval of the mean across seeds at each step (a point with one seed).
+    """
+    series = []
+    for log in logs:
+        points = {int(r["step"]): float(r[metric]) for r in log.steps if isinstance(r.get(metric), int | float)}
+        series.append(points)
+    common = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    if not common:
+        empty = np.zeros(0)
+        return empty, empty, empty, empty
+    matrix = np.array([[s[step] for step in common] for s in series])  # [seeds, steps]
+    if smooth > 1:
+        kernel_sums = np.cumsum(np.pad(matrix, ((0, 0), (1, 0))), axis=1)
+        idx = np.arange(1, matrix.shape[1] + 1)
+        lo = np.maximum(idx - smooth, 0)
+        matrix = (kernel_sums[:, idx] - kernel_sums[:, lo]) / (idx - lo)
+    mean = matrix.mean(axis=0)
+    if matrix.shape[0] < 2:
+        return np.array(common), mean, mean, mean
+    from scipy import stats
+
+    sem = matrix.std(axis=0, ddof=1) / np.sqrt(matrix.shape[0])
+    t = stats.t.ppf((1 + confidence) / 2, matrix.shape[0] - 1)
+    return np.array(common), mean, mean - t * sem, mean + t * sem

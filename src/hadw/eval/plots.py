@@ -1,0 +1,131 @@
+"""Figures of `hadw compare` (learning curves with bands, final accuracy per level) and `hadw probe`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hadw.eval.compare import CompareResult, RunLog, curve
+from hadw.eval.report import bucket_order
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_compare(
+    path: str | Path,
+    runs: dict[str, dict[int, RunLog]],
+    result: CompareResult,
+    curve_metrics: Sequence[str] = ("reward/accuracy",),
+    final_metric: str = "avg@k",
+    smooth: int = 5,
+) -> Path:
+    """Learning curves (mean over seeds, t band) for each curve metric, and final accuracy per bucket with intervals."""
+    plt = _pyplot()
+    panels = len(curve_metrics) + 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.0), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, metric in zip(axes[0], curve_metrics, strict=False):
+        for i, (arm, by_seed) in enumerate(runs.items()):
+            steps, mean, low, high = curve(list(by_seed.values()), metric, smooth, result.confidence)
+            if steps.size:
+                ax.plot(steps, mean, color=colors[i % len(colors)], label=f"{arm} (n={len(by_seed)})")
+                ax.fill_between(steps, low, high, color=colors[i % len(colors)], alpha=0.2, linewidth=0)
+        ax.set(
+            xlabel="step",
+            ylabel=metric,
+            title=f"{metric} (mean, {result.confidence:.0%} t band" + (f", smoothed {smooth})" if smooth > 1 else ")"),
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax = axes[0][-1]
+    keys = sorted(
+        (k for k in result.metrics if k.endswith("/" + final_metric)),
+        key=lambda k: bucket_order(k[len("eval/") : -len(final_metric) - 1]),
+    )
+    buckets = [k[len("eval/") : -len(final_metric) - 1] for k in keys]
+    width = 0.8 / max(len(result.arms), 1)
+    x = np.arange(len(keys))
+    for i, arm in enumerate(result.arms):
+        ivs = [result.metrics[k].arms.get(arm) for k in keys]
+        mean = np.array([iv.mean if iv else np.nan for iv in ivs])
+        err = np.array([[iv.mean - iv.low if iv else 0 for iv in ivs], [iv.high - iv.mean if iv else 0 for iv in ivs]])
+        ax.bar(
+            x + (i - (len(result.arms) - 1) / 2) * width,
+            mean,
+            width,
+            yerr=err,
+            capsize=2,
+            color=colors[i % len(colors)],
+            label=arm,
+        )
+    ax.set_xticks(x, buckets, rotation=45, ha="right", fontsize=8)
+    ax.set(ylabel=f"final {final_metric}", title=f"final {final_metric} per bucket ({result.confidence:.0%} CI)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_probe(path: str | Path, report) -> Path:
+    """Figure 1(b) on your model: std-normalised group vs reference advantages per p bucket, and the bias vs theory."""
+    from hadw.theory import bias as theory_bias
+
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = [k for k in report.buckets if k.startswith("p∈")]
+    rows = [report.buckets[k] for k in labels]
+    x = np.arange(len(labels))
+    for offset, key, name, color in (
+        (-0.3, "z_correct_est", f"correct, group of {report.G}", "tab:green"),
+        (-0.1, "z_correct_ref", f"correct, reference N={report.N}", "tab:olive"),
+        (0.1, "z_wrong_est", f"wrong, group of {report.G}", "tab:red"),
+        (0.3, "z_wrong_ref", f"wrong, reference N={report.N}", "tab:pink"),
+    ):
+        ax1.bar(x + offset, [r[key] for r in rows], 0.2, color=color, label=name)
+    ax1.axhline(0, color="black", linewidth=0.8)
+    ax1.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+    ax1.set(ylabel="mean advantage (r − mean) / std", title="advantage: small group vs reference")
+    ax1.legend(fontsize=7)
+    grid = np.linspace(0.005, 0.995, 199)
+    ax2.plot(grid, theory_bias(grid, report.G), color="black", label=f"theory bias(p, G={report.G})")
+    measured = [(r["p_ref_mean"], r["bias_measured"], r["bias_se"]) for r in rows if np.isfinite(r["bias_measured"])]
+    if measured:
+        px, by, se = map(np.array, zip(*measured, strict=True))
+        ax2.errorbar(
+            px,
+            by,
+            yerr=1.96 * np.nan_to_num(se),
+            fmt="o",
+            color="tab:blue",
+            capsize=3,
+            label="measured mean(p̂ − p_ref | S), 95% CI",
+        )
+    live = (report.p_hat > 0) & (report.p_hat < 1)
+    per_prompt = np.where(live, report.p_hat - report.p_ref[:, None], np.nan)
+    with np.errstate(invalid="ignore"):
+        prompt_mean = np.nanmean(np.where(live.any(axis=1, keepdims=True), per_prompt, 0.0), axis=1)
+    has = live.any(axis=1)
+    ax2.scatter(report.p_ref[has], prompt_mean[has], s=6, alpha=0.3, color="tab:gray", label="per prompt")
+    ax2.axhline(0, color="black", linewidth=0.5)
+    ax2.set(
+        xlabel="p_ref (N-sample success rate)",
+        ylabel="A − Â = p̂ − p  (> 0: under-estimated)",
+        title="bias of the group baseline, given a gradient",
+        xlim=(0, 1),
+    )
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
