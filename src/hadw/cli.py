@@ -18,6 +18,7 @@ app = typer.Typer(
 # `import hadw.cli` stays cheap.
 COMMAND_MODULES: list[str] = [
     "hadw.theory.cli",
+    "hadw.eval.cli",
 ]
 
 
