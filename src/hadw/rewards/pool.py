@@ -177,6 +177,7 @@ class VerifierPool:
 
 _POOL: VerifierPool | None = None
 _POOL_OPTIONS: dict = {}
+_POOL_LOCK = threading.Lock()
 
 
 def default_num_workers() -> int:
@@ -193,9 +194,10 @@ def configure_pool(num_workers: int | None = None, start_method: str = "spawn") 
 def get_pool() -> VerifierPool:
     """The process-wide pool, created on first use (and again in a forked child)."""
     global _POOL
-    if _POOL is None or _POOL.pid != os.getpid():
-        _POOL = VerifierPool(**({"num_workers": default_num_workers()} | _POOL_OPTIONS))
-    return _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = VerifierPool(**({"num_workers": default_num_workers()} | _POOL_OPTIONS))
+        return _POOL
 
 
 def shutdown_pool() -> None:
