@@ -1,9 +1,10 @@
 """Rollouts: load/build models, sample G responses per prompt with log-probs, re-score them.
 
-model, tok = load_model(build_tiny_model("/tmp/tiny"))
-engine = make_engine("hf", model, tok)
-batch = engine.generate([tok("1+1=").input_ids], SamplingParams(n=8, seed=0))
-new_logprobs = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask)
+Typical use (tests/test_rollout.py has more):
+
+>>> model, tok = load_model(build_tiny_model("/tmp/tiny"), device="cpu")
+>>> batch = make_engine("hf", model, tok).generate([tok("1+1=").input_ids], SamplingParams(n=8, seed=0))
+>>> new = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, temperature=1.0)
 """
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine

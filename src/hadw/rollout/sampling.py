@@ -85,6 +85,7 @@ def sample_next_token(
         scaled = logits / params.temperature
         logprobs = scaled.log_softmax(dim=-1)
         allowed = top_p_filter(top_k_filter(scaled, params.top_k), params.top_p)
-        probs = allowed.softmax(dim=-1)
+        # Without truncation the sampling distribution is the recorded one: reuse it (saves a softmax).
+        probs = logprobs.exp() if allowed is scaled else allowed.softmax(dim=-1)
         tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

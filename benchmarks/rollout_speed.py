@@ -1,0 +1,149 @@
+"""Rollout throughput: HFRolloutEngine vs transformers' model.generate(), side by side in one run.
+
+Same model, same left-padded batch (prompts of different lengths x n samples), same sampling
+(temperature 1, no top-k/top-p), same number of steps: EOS is ignored by our engine
+(ignore_eos=True) and held off in generate() with min_new_tokens = max_new_tokens, so both produce
+exactly batch x max_new_tokens tokens. Runs alternate (ours, generate, ours, ...) so machine noise hits
+both alike; the median is reported. Then one instrumented run of each splits a decoding step into
+model forward vs the rest (sampling + bookkeeping), and a torch.profiler run splits our "rest".
+
+    .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU
+    .venv/bin/python benchmarks/rollout_speed.py --hidden 512 --layers 8 --device cuda --batch-prompts 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, load_model
+
+QUESTIONS = ["1+1=", "What is 12*3? Put the answer in \\boxed{}.", "Simplify 6/8.", "x^2 = 49, x > 0; x ="]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+class ForwardTimer:
+    """Wall time spent inside model.forward (hooks on the top module), synchronised on CUDA."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.total, self.calls, self._start, self.device = 0.0, 0, 0.0, device
+        self._handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
+
+    def _pre(self, *_):
+        sync(self.device)
+        self._start = time.perf_counter()
+
+    def _post(self, *_):
+        sync(self.device)
+        self.total += time.perf_counter() - self._start
+        self.calls += 1
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-dir", default=None, help="local checkpoint; default: build the tiny model")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch-prompts", type=int, default=8, help="prompts (cycled from 4 questions)")
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model_dir or build_tiny_model(tmp, hidden_size=args.hidden, num_layers=args.layers)
+        model, tok = load_model(path, dtype=args.dtype, device=args.device)
+    device = model.device
+    prompts = [tok(QUESTIONS[i % len(QUESTIONS)]).input_ids for i in range(args.batch_prompts)]
+    rows = [p for p in prompts for _ in range(args.n)]
+    steps, n_rows = args.new_tokens, len(rows)
+    enc = tok.pad({"input_ids": rows}, return_tensors="pt").to(device)
+    engine = HFRolloutEngine(model, tok)
+    params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=steps, ignore_eos=True, seed=0)
+
+    def ours():
+        batch = engine.generate(prompts, params)
+        assert batch.response_ids.shape == (n_rows, steps)
+
+    @torch.inference_mode()
+    def hf_generate():
+        out = model.generate(
+            **enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+            max_new_tokens=steps, min_new_tokens=steps, pad_token_id=tok.pad_token_id,
+        )  # fmt: skip
+        assert out.shape == (n_rows, enc["input_ids"].shape[1] + steps)
+
+    runs = {"HFRolloutEngine": ours, "model.generate": hf_generate}
+    print(
+        f"model: {model.config.model_type}, {model.num_parameters() / 1e6:.2f} M params, {args.dtype} on {device}, "
+        f"{torch.get_num_threads()} threads | batch {args.batch_prompts} prompts x n={args.n} = {n_rows} rows, "
+        f"{steps} new tokens each, prompt width {enc['input_ids'].shape[1]}"
+    )
+    for fn in runs.values():  # warm-up
+        fn()
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, fn in runs.items():
+            seconds[name].append(timed(fn, device))
+
+    print(f"\nthroughput (median of {args.repeats} alternating runs):")
+    tps = {}
+    for name, ts in seconds.items():
+        tps[name] = n_rows * steps / statistics.median(ts)
+        print(f"  {name:16s} {tps[name]:10.0f} tokens/s   {1e3 * statistics.median(ts) / steps:7.2f} ms/step")
+    ratio = tps["HFRolloutEngine"] / tps["model.generate"]
+    print(f"  ratio HFRolloutEngine / generate = {ratio:.2f}x")
+
+    print("\nwhere a decoding step goes (one instrumented run each; forward synchronised):")
+    for name, fn in runs.items():
+        timer = ForwardTimer(model, device)
+        total = timed(fn, device)
+        timer.remove()
+        rest = total - timer.total
+        print(
+            f"  {name:16s} total {1e3 * total / steps:6.2f} ms/step = forward {1e3 * timer.total / steps:6.2f} "
+            f"({100 * timer.total / total:4.1f}%) + sampling & bookkeeping {1e3 * rest / steps:6.2f} "
+            f"({100 * rest / total:4.1f}%)  [{timer.calls} forward calls]"
+        )
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        total = timed(ours, device)
+    labelled = {e.key: e.cpu_time_total / 1e3 for e in prof.key_averages() if e.key.startswith("rollout/")}
+    outside = total * 1e3 - sum(labelled.values())
+    print("  HFRolloutEngine breakdown (torch.profiler, CPU-side time, profiler overhead included):")
+    for key in ("rollout/forward", "rollout/sample", "rollout/bookkeeping"):
+        ms = labelled.get(key, 0.0)
+        print(f"    {key:22s} {ms / steps:7.3f} ms/step  ({100 * ms / (total * 1e3):4.1f}%)")
+    print(f"    {'outside the loop':22s} {outside:7.3f} ms total  (padding, prefill setup, decode to text)")
+
+
+if __name__ == "__main__":
+    main()
