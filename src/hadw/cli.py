@@ -19,6 +19,7 @@ app = typer.Typer(
 COMMAND_MODULES: list[str] = [
     "hadw.theory.cli",
     "hadw.eval.cli",
+    "hadw.train.cli",
 ]
 
 

@@ -87,13 +87,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_model_weights(model, model_dir: Path) -> None:
     """Load saved weights into an existing model in place (so the optimiser keeps its parameters)."""
     from safetensors.torch import load_file
-    from transformers.modeling_utils import load_sharded_checkpoint
 
-    single = model_dir / "model.safetensors"
-    if single.is_file():
-        missing, unexpected = model.load_state_dict(load_file(single), strict=False)
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():  # sharded: the index maps each tensor to its shard file
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
     else:
-        missing, unexpected = load_sharded_checkpoint(model, model_dir, strict=False)
+        shards = ["model.safetensors"]
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(model_dir / shard))
+    missing, unexpected = model.load_state_dict(state, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
     if really_missing or unexpected:

@@ -38,7 +38,7 @@ class MetricsLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:  # drop what the interrupted run logged after its checkpoint
             for name in (METRICS_FILE, SAMPLES_FILE):
-                kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step]
+                kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step and not r.get("final")]
                 tmp = run_dir / f".{name}.tmp"
                 tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
                 os.replace(tmp, run_dir / name)

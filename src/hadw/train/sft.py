@@ -83,7 +83,7 @@ def sft_warm_start(
             report = evaluate(model, tokenizer, eval_problems, cfg.template, "exact", use_chat_template=False)
             model.train()
             accuracy = report.accuracy
-            entry = {"sft/step": step, "sft/loss": float(loss), "sft/accuracy": accuracy}
+            entry = {"sft/step": step, "sft/loss": float(loss.detach()), "sft/accuracy": accuracy}
             entry |= {f"sft/acc_{k.split('/')[-1]}": v for k, v in report.level_accuracy().items()}
             history.append(entry)
             if log is not None:

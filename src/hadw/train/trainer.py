@@ -245,7 +245,7 @@ class Trainer:
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
-                f"step {step}: loss is {float(loss)}; stopping before the optimiser step. The last good "
+                f"step {step}: loss is {float(loss.detach())}; stopping before the optimiser step. The last good "
                 f"checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
                 "optim.lr or check the rewards."
             )

@@ -1,0 +1,111 @@
+"""Commands: `hadw train`, `hadw sft`, `hadw demo`, `hadw plot`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def train(
+    config: Annotated[Path | None, typer.Argument(help="YAML config (see examples/); omit for the defaults")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides, e.g. hadw.enabled=true train.steps=50")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="continue from the latest checkpoint of output_dir")] = False,
+) -> None:
+    """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
+    from hadw.train.config import ConfigError, load_config
+    from hadw.train.trainer import NonFiniteLossError, Trainer
+
+    _quiet_transformers()
+    overrides = list(overrides or [])
+    if config is not None and "=" in config.name and not config.is_file():  # `hadw train key=value ...`
+        config, overrides = None, [str(config), *overrides]
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as err:
+        typer.secho(f"config error: {err}", fg="red", err=True)
+        raise typer.Exit(2) from None
+    try:
+        result = Trainer(cfg, resume=resume).train()
+    except NonFiniteLossError as err:
+        typer.secho(str(err), fg="red", err=True)
+        raise typer.Exit(3) from None
+    typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+
+
+def sft(
+    out_dir: Annotated[Path, typer.Argument(help="where the warm-started model is saved")],
+    task: Annotated[str, typer.Option(help="built-in task")] = "addition",
+    levels: Annotated[str, typer.Option(help="comma-separated levels")] = "1,2,3",
+    model: Annotated[Path | None, typer.Option(help="start from this model folder (default: a new tiny model)")] = None,
+    target_accuracy: Annotated[float, typer.Option(help="stop at this greedy accuracy")] = 0.5,
+    max_steps: Annotated[int, typer.Option(help="stop after this many SFT steps")] = 3000,
+    max_seconds: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate")] = 2e-3,
+    batch_size: Annotated[int, typer.Option(help="problems per step")] = 64,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+) -> None:
+    """SFT warm start on a built-in task, stopping at a target accuracy; saves a normal HF model."""
+    import torch
+
+    from hadw.rollout import build_tiny_model, load_model
+    from hadw.train.sft import SFTConfig, sft_warm_start
+
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    start = model or build_tiny_model(out_dir / "random_init", seed=seed)
+    net, tokenizer = load_model(start)
+    cfg = SFTConfig(
+        task=task,
+        levels=[int(x) for x in levels.split(",")],
+        batch_size=batch_size,
+        lr=lr,
+        max_steps=max_steps,
+        target_accuracy=target_accuracy,
+        max_seconds=max_seconds,
+        seed=seed,
+    )
+    result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e))
+    net.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    typer.echo(f"saved {out_dir}: {result.steps} steps, greedy accuracy {result.accuracy:.3f}")
+
+
+def demo(
+    out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
+    steps: Annotated[int, typer.Option(help="RL steps per arm")] = 60,
+    sft_seconds: Annotated[float, typer.Option(help="time budget of the SFT warm start")] = 150.0,
+    seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
+) -> None:
+    """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
+    from hadw.train.demo import DemoSettings, run_demo
+
+    _quiet_transformers()
+    run_demo(DemoSettings(out_dir=out_dir, steps=steps, sft_seconds=sft_seconds, seed=seed))
+
+
+def plot(
+    run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders (with metrics.jsonl)")],
+    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("curves.png"),
+) -> None:
+    """Draw the training curves (accuracy, anchor) of finished or running runs."""
+    from hadw.train.demo import plot_runs
+
+    typer.echo(plot_runs({d.name: d for d in run_dirs}, out))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("sft")(sft)
+    app.command("demo")(demo)
+    app.command("plot")(plot)

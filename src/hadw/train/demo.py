@@ -1,0 +1,239 @@
+"""`hadw demo`: a tiny model learns arithmetic with GRPO and with GRPO+HA-DW, side by side, on 2 CPU cores.
+
+1. build a tiny Qwen2 model offline and warm-start it with SFT until it solves some problems of every
+   level (RL needs groups that are neither all right nor all wrong);
+2. train GRPO and GRPO+HA-DW from that same start and seed, in two processes (one core each);
+3. evaluate both (greedy, by difficulty level) against the warm start; print a table; plot the curves.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hadw.train.config import load_config
+from hadw.train.metrics_log import METRICS_FILE, read_jsonl
+
+DEMO_TASK = "addition"
+DEMO_LEVELS = [1, 2, 3]
+
+
+@dataclass
+class DemoSettings:
+    out_dir: Path = Path("runs/demo")
+    steps: int = 60
+    sft_seconds: float = 150.0
+    sft_target: float = 0.4
+    seed: int = 0
+    eval_size: int = 300
+    lr: float = 2e-4
+
+
+def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
+    """The demo's RL recipe (also used by benchmarks/hadw_effect.py): tiny model, plain prompts, G = 8."""
+    return [
+        f"model.path={model_path}",
+        f"data.source=task:{DEMO_TASK}",
+        f"data.levels=[{','.join(map(str, DEMO_LEVELS))}]",
+        "data.template=plain",
+        "data.chat_template=never",
+        f"data.eval_size={settings.eval_size}",
+        "reward.functions=[exact]",
+        "reward.correctness=exact",
+        "rollout.group_size=8",
+        "rollout.max_new_tokens=6",
+        "rollout.temperature=1.0",
+        f"train.steps={settings.steps}",
+        "train.prompts_per_step=16",
+        "train.mini_batch_prompts=8",
+        f"train.seed={settings.seed}",
+        f"train.output_dir={run_dir}",
+        "train.num_threads=1",
+        f"optim.lr={settings.lr}",
+        "optim.warmup_steps=5",
+        "optim.weight_decay=0.0",
+        f"hadw.enabled={str(hadw).lower()}",
+        "logging.progress=false",
+        "logging.sample_every=20",
+    ]
+
+
+def warm_start(out_dir: Path, seconds: float, target: float, seed: int = 0, levels=None, log=print) -> Path:
+    """Build the tiny model and SFT it (cached: an existing out_dir/model is reused). Returns its folder."""
+    from hadw.rollout import build_tiny_model, load_model
+    from hadw.train.sft import SFTConfig, sft_warm_start
+
+    model_dir = out_dir / "warm_start"
+    if (model_dir / "config.json").is_file():
+        log(f"reusing warm start in {model_dir}")
+        return model_dir
+    torch.manual_seed(seed)
+    model, tokenizer = load_model(build_tiny_model(out_dir / "random_init", seed=seed))
+    cfg = SFTConfig(
+        task=DEMO_TASK,
+        levels=levels or DEMO_LEVELS,
+        target_accuracy=target,
+        max_seconds=seconds,
+        seed=seed,
+        eval_every=50,
+    )
+    result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)))
+    tmp = out_dir / ".warm_start.tmp"
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(model_dir)
+    log(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f} in {result.seconds:.0f} s")
+    return model_dir
+
+
+def _format_sft(entry: dict) -> str:
+    levels = " ".join(f"{k.split('_')[-1]}={v:.2f}" for k, v in entry.items() if k.startswith("sft/acc_"))
+    step, loss, accuracy = entry["sft/step"], entry["sft/loss"], entry["sft/accuracy"]
+    return f"  sft step {step:>5}  loss {loss:.3f}  accuracy {accuracy:.3f}  {levels}"
+
+
+def _train_arm(overrides: list[str]) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from hadw.train.trainer import Trainer
+
+    hf_logging.disable_progress_bar()
+    Trainer(load_config(None, overrides)).train(progress=False)
+
+
+def _initial_eval(model_dir: Path, settings: DemoSettings) -> dict[str, dict[str, float]]:
+    from hadw.data import make_task
+    from hadw.eval.evaluate import evaluate
+    from hadw.rollout import load_model
+    from hadw.train.prompts import EVAL_SEED_OFFSET
+
+    model, tokenizer = load_model(model_dir)
+    problems = list(make_task(DEMO_TASK, DEMO_LEVELS, seed=settings.seed + EVAL_SEED_OFFSET, size=settings.eval_size))
+    return evaluate(model, tokenizer, problems, "plain", "exact", max_new_tokens=6, use_chat_template=False).summary
+
+
+def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
+    """A live progress bar per arm, read from each run's metrics.jsonl."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns) as progress:
+        tasks = {name: progress.add_task(name, total=steps, info="") for name in runs}
+        while any(p.is_alive() for p in processes):
+            time.sleep(1.0)
+            for name, run_dir in runs.items():
+                records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
+                if records:
+                    recent = records[-10:]
+                    acc = sum(r["reward/accuracy"] for r in recent) / len(recent)
+                    info = f"train acc (last 10) {acc:.3f}  anchor C {records[-1]['hadw/anchor']:.2f}"
+                    progress.update(tasks[name], completed=records[-1]["step"], info=info)
+        for name in runs:
+            progress.update(tasks[name], completed=steps)
+
+
+def _final_eval(run_dir: Path) -> dict[str, float]:
+    final = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final")]
+    if not final:
+        raise RuntimeError(f"run {run_dir} did not finish; see its metrics.jsonl")
+    return {k.split("/")[1]: v for k, v in final[-1].items() if k.startswith("eval/") and k.endswith("/avg@k")}
+
+
+def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[str, float]]) -> str:
+    """Markdown table: greedy accuracy by bucket for the warm start and each arm."""
+    buckets = [b for b in sorted(initial) if b.startswith(f"{DEMO_TASK}/")] + ["all"]
+    names = list(finals)
+    lines = ["| level | n | warm start | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for b in buckets:
+        label = b.split("/")[-1] if "/" in b else "all"
+        row = [f"{finals[n][b]:.3f} ({finals[n][b] - initial[b]['avg@k']:+.3f})" for n in names]
+        lines.append(f"| {label} | {int(initial[b]['count'])} | {initial[b]['avg@k']:.3f} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot_runs(runs: dict[str, Path], path: Path, smooth: int = 5) -> Path:
+    """Training accuracy (moving average) and anchor C per step for each run, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_acc, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, run_dir in runs.items():
+        records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
+        steps = [r["step"] for r in records]
+        acc = [r["reward/accuracy"] for r in records]
+        smoothed = [
+            sum(acc[max(0, i - smooth + 1) : i + 1]) / len(acc[max(0, i - smooth + 1) : i + 1]) for i in range(len(acc))
+        ]
+        ax_acc.plot(steps, smoothed, label=name)
+        ax_c.plot(steps, [r["hadw/anchor"] for r in records], label=name)
+    ax_acc.set(xlabel="training step", ylabel=f"training accuracy ({smooth}-step mean)", title="Rollout accuracy")
+    ax_c.set(xlabel="training step", ylabel="anchor C (window, k=10)", title="Difficulty anchor")
+    for ax in (ax_acc, ax_c):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_demo(settings: DemoSettings) -> str:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    # One thread per process: the two RL arms run side by side on the 2 cores, and tiny matmuls gain
+    # nothing from a second thread (they lose a lot when two busy processes fight over the cores).
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    out = settings.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"[1/3] warm start: tiny Qwen2 model, SFT on {DEMO_TASK} levels {DEMO_LEVELS} "
+        f"(up to {settings.sft_seconds:.0f} s or accuracy {settings.sft_target})"
+    )
+    model_dir = warm_start(out, settings.sft_seconds, settings.sft_target, settings.seed)
+    initial = _initial_eval(model_dir, settings)
+
+    print(f"[2/3] RL: GRPO and GRPO+HA-DW, {settings.steps} steps each, same start and seed, in parallel")
+    runs = {"GRPO": out / "grpo", "GRPO+HA-DW": out / "grpo_hadw"}
+    ctx = mp.get_context("spawn")
+    processes = [
+        ctx.Process(target=_train_arm, args=(rl_overrides(settings, model_dir, run_dir, hadw=name != "GRPO"),))
+        for name, run_dir in runs.items()
+    ]
+    for run_dir in runs.values():  # a fresh run each time: stale metrics would confuse the table
+        if (run_dir / METRICS_FILE).exists():
+            import shutil
+
+            shutil.rmtree(run_dir)
+    for p in processes:
+        p.start()
+    _watch(runs, processes, settings.steps)
+    for p in processes:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a demo run failed (exit code {p.exitcode}); see {out}")
+
+    print("[3/3] greedy accuracy on held-out problems (change vs the warm start):")
+    finals = {name: _final_eval(run_dir) for name, run_dir in runs.items()}
+    table = results_table(initial, finals)
+    plot = plot_runs(runs, out / "demo_curves.png")
+    summary = {"initial": initial, "final": finals, "seconds": time.perf_counter() - start}
+    (out / "demo_results.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    (out / "demo_results.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    print(f"curves: {plot}   results: {out / 'demo_results.json'}   total {summary['seconds']:.0f} s")
+    return table

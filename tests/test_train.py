@@ -1,0 +1,177 @@
+"""End-to-end trainer checks on a very small model (a few seconds each)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hadw.rewards import RewardFunction, register_reward
+from hadw.rollout import build_tiny_model
+from hadw.train import trainer as trainer_module
+from hadw.train.checkpoint import latest_checkpoint, load_model_weights
+from hadw.train.config import ConfigError, load_config
+from hadw.train.metrics_log import read_jsonl
+from hadw.train.trainer import NonFiniteLossError, Trainer
+
+
+def _has_digit(completion: str, answer: str) -> float:
+    # A random model emits random bytes: about half its responses contain a digit, so groups are
+    # mixed and the anchor has something to track.
+    return float(any(c.isdigit() for c in completion))
+
+
+def _flaky(completion: str, answer: str) -> float:
+    if len(completion) % 2:
+        raise RuntimeError("verifier crashed on this item")
+    return 1.0
+
+
+register_reward(RewardFunction("test_has_digit", _has_digit))
+register_reward(RewardFunction("test_flaky", _flaky))
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
+
+
+def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:
+    return [
+        f"model.path={tiny_path}",
+        "data.source=task:addition",
+        "data.template=plain",
+        "data.chat_template=never",
+        "data.eval_size=8",
+        "reward.functions=[test_has_digit]",
+        "reward.correctness=test_has_digit",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=5",
+        "train.prompts_per_step=4",
+        "train.mini_batch_prompts=2",
+        "train.steps=3",
+        f"train.output_dir={out_dir}",
+        "optim.lr=1e-3",
+        "optim.warmup_steps=0",
+        "logging.progress=false",
+        "logging.sample_every=1",
+        "train.num_threads=1",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("preset", ["grpo", "gspo", "dapo"])
+@pytest.mark.parametrize("hadw", [False, True])
+def test_three_steps_of_each_preset(tiny_path, tmp_path, preset, hadw):
+    extra = [f"algorithm.preset={preset}", f"hadw.enabled={str(hadw).lower()}"]
+    if preset == "dapo":
+        extra += ["algorithm.dynamic_sampling=true", "algorithm.overlong=penalty", "algorithm.overlong_buffer=2"]
+    trainer = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "run", *extra)))
+    initial = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    records = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if not r.get("final")]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert math.isfinite(r["loss/policy"]) and math.isfinite(r["actor/grad_norm"])
+        for key in ("reward/accuracy", "hadw/anchor", "actor/clip_frac_high", "time/generate", "perf/tokens_per_s"):
+            assert key in r
+    history = trainer.anchor.state_dict()["history"]
+    assert len(history) == 3 and len(set(history)) > 1  # one observation per step, and it moved
+    assert [r["hadw/anchor"] for r in records] == pytest.approx([sum(history[: i + 1]) / (i + 1) for i in range(3)])
+    if hadw:
+        assert any(r["hadw/phi_max"] != r["hadw/phi_min"] for r in records)
+    else:
+        assert all("hadw/phi_mean" not in r for r in records)  # Φ = 1: nothing to report
+    assert any(not torch.equal(a, b) for a, b in zip(initial, trainer.model.parameters(), strict=True))
+    if preset == "dapo":
+        assert all("batch/refill_rounds" in r for r in records)
+    assert (tmp_path / "run" / "final_model" / "config.json").is_file()
+    assert read_jsonl(tmp_path / "run" / "samples.jsonl")
+
+
+def test_resume_is_bit_for_bit(tiny_path, tmp_path):
+    straight = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "a", "train.steps=6", "hadw.enabled=true")))
+    straight.train()
+
+    first = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=3", "hadw.enabled=true")))
+    first.train()
+    resumed = Trainer(
+        load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=6", "hadw.enabled=true")), resume=True
+    )
+    assert resumed.start_step == 3
+    resumed.train()
+
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert straight.anchor.state_dict() == resumed.anchor.state_dict()
+    a = [r for r in read_jsonl(tmp_path / "a" / "metrics.jsonl") if not r.get("final")]
+    b = [r for r in read_jsonl(tmp_path / "b" / "metrics.jsonl") if not r.get("final")]
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss/policy"] for r in a] == [r["loss/policy"] for r in b]
+
+
+def test_evaluation_does_not_touch_the_anchor(tiny_path, tmp_path):
+    trainer = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "run", "hadw.enabled=true")))
+    trainer.train_step(0)
+    before = trainer.anchor.state_dict()
+    trainer.evaluate()
+    trainer.evaluate()
+    assert trainer.anchor.state_dict() == before
+
+
+def test_a_raising_reward_is_counted_not_fatal(tiny_path, tmp_path):
+    cfg = load_config(
+        None, _overrides(tiny_path, tmp_path / "run", "reward.functions=[test_has_digit,test_flaky]", "train.steps=2")
+    )
+    Trainer(cfg).train()
+    records = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if not r.get("final")]
+    assert sum(r["reward/errors"] for r in records) > 0
+
+
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny_path, tmp_path, monkeypatch):
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=4", "checkpoint.every=1"))
+    trainer = Trainer(cfg)
+    real_loss, calls = trainer_module.policy_loss, {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        loss, metrics = real_loss(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 4 else loss), metrics  # 2 mini-batches a step
+
+    monkeypatch.setattr(trainer_module, "policy_loss", poisoned)
+    with pytest.raises(NonFiniteLossError, match="step 2: loss is nan"):
+        trainer.train()
+    checkpoint = latest_checkpoint(tmp_path / "run")
+    assert checkpoint is not None and checkpoint.name == "checkpoint-000002"
+    load_model_weights(trainer.model, checkpoint / "model")  # loadable
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_config_errors_name_key_and_allowed_values(tmp_path):
+    with pytest.raises(ConfigError, match="did you mean 'hadw.lam'"):
+        load_config(None, ["hadw.lamda=1.0"])
+    with pytest.raises(ConfigError, match=r"algorithm.preset='ppo' is not allowed; allowed values: grpo, gspo, dapo"):
+        load_config(None, ["algorithm.preset=ppo"])
+    with pytest.raises(ConfigError, match=r"rollout.top_p=1.5 is out of range"):
+        load_config(None, ["rollout.top_p=1.5"])
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config(None, ["train.steps=many"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hadw:\n  anchr: window\n")
+    with pytest.raises(ConfigError, match="did you mean 'hadw.anchor'"):
+        load_config(bad)
+
+
+def test_presets_fill_the_loss_from_table_8():
+    assert load_config(None, ["algorithm.preset=gspo"]).algorithm.loss_spec().clip_high == 4e-4
+    spec = load_config(None, ["algorithm.preset=dapo", "algorithm.clip_high=0.3"]).algorithm.loss_spec()
+    assert (spec.clip_low, spec.clip_high, spec.aggregation) == (0.2, 0.3, "token-mean")
