@@ -1,0 +1,153 @@
+"""`grpo_hadw`: verl's own GRPO advantage, rescaled by Φ from `hadw.core` (method.md §3).
+
+verl computes advantages in its driver process, once per training step, by calling a registered
+estimator with the whole rollout batch:
+
+    token_level_rewards: [bs, T] (the outcome reward sits on the last response token)
+    response_mask:       [bs, T]
+    index:               [bs] the prompt uid of each response (numpy object array)
+    config:              the `algorithm` config node; HA-DW reads its `hadw` sub-node
+
+Â comes from verl's `compute_grpo_outcome_advantage` unchanged (sample std, epsilon, and
+`algorithm.norm_adv_by_std_in_grpo=False` for Dr. GRPO), so with HA-DW off the result is bit-identical
+to `algorithm.adv_estimator=grpo`. The anchor lives in this (driver) process, is updated once per call
+(= once per step; validation never computes advantages), and is checkpointed by
+`hadw.integrations.verl.checkpoint.HADWCheckpointCallback`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+
+from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+from hadw.integrations.verl import ESTIMATOR_NAME
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HADWOptions:
+    """`algorithm.hadw.*` (all optional). anchor_options go to `make_anchor` (window: k; kalman: eta, m,
+    eta_min; ema: alpha; fixed: value)."""
+
+    enable: bool = True
+    lam: float = DEFAULT_LAMBDA
+    anchor: str = "window"
+    anchor_options: dict[str, Any] = field(default_factory=dict)
+    correct_threshold: float = 0.5  # a response is correct when its outcome score is > this
+    metrics_file: str | None = None  # append one JSON line of hadw/* metrics per step
+
+    @staticmethod
+    def from_config(config: Any) -> HADWOptions:
+        node = config.get("hadw", None) if config is not None else None
+        raw = _to_dict(node)
+        allowed = set(HADWOptions.__dataclass_fields__)
+        unknown = sorted(set(raw) - allowed)
+        if unknown:
+            raise ValueError(f"algorithm.hadw: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        options = HADWOptions(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
+        if options.anchor not in ANCHORS:
+            raise ValueError(f"algorithm.hadw.anchor={options.anchor!r}; allowed: {', '.join(ANCHORS)}")
+        if not options.lam > 0:
+            raise ValueError(f"algorithm.hadw.lam must be > 0, got {options.lam}")
+        return options
+
+    def anchor_spec(self) -> dict[str, Any]:
+        return {"kind": self.anchor, **self.anchor_options}
+
+
+def _to_dict(node: Any) -> dict[str, Any]:
+    if node is None:
+        return {}
+    if hasattr(node, "_metadata"):  # an OmegaConf node: resolve interpolations, drop the config types
+        from omegaconf import OmegaConf
+
+        return dict(OmegaConf.to_container(node, resolve=True))
+    return dict(node)
+
+
+class AnchorStore:
+    """The driver's one anchor. Rebuilt when the configured kind/parameters change; `pending` holds a
+    state restored from a checkpoint before the first step has told us the options."""
+
+    def __init__(self):
+        self.anchor: Anchor | None = None
+        self.spec: dict[str, Any] | None = None
+        self.pending: dict[str, Any] | None = None
+        self.last_metrics: dict[str, float] = {}
+
+    def get(self, options: HADWOptions) -> Anchor:
+        spec = options.anchor_spec()
+        if self.anchor is None or spec != self.spec:
+            self.anchor, self.spec = make_anchor(**spec), spec
+            if self.pending is not None:
+                self.anchor.load_state_dict(self.pending)
+                self.pending = None
+        return self.anchor
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return self.anchor.state_dict() if self.anchor is not None else self.pending
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.anchor is not None:
+            self.anchor.load_state_dict(state)
+        else:
+            self.pending = dict(state)
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+STORE = AnchorStore()
+
+
+def group_ids(index: np.ndarray | list) -> torch.Tensor:
+    """verl's per-response prompt uids (any hashable) -> [bs] int64 group numbers."""
+    _, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+
+
+@register_adv_est(ESTIMATOR_NAME)
+def compute_grpo_hadw_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO advantages × Φ. Returns (advantages, returns), both [bs, T], like verl's `grpo`."""
+    options = HADWOptions.from_config(config)
+    if norm_adv_by_std_in_grpo is None:  # verl passes it to built-in GRPO only; others read the config
+        norm_adv_by_std_in_grpo = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
+    # One scalar Â per response: verl's GRPO on a [bs, 1] all-ones mask (so empty responses keep theirs).
+    ones = torch.ones_like(response_mask[:, :1], dtype=token_level_rewards.dtype)
+    scalar, _ = compute_grpo_outcome_advantage(
+        token_level_rewards, ones, index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo
+    )
+    scores = token_level_rewards.sum(dim=-1)
+    correct = (scores > options.correct_threshold).float()
+    groups = group_ids(index).to(scores.device)
+    anchor = STORE.get(options)
+    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enable)
+    STORE.last_metrics = result.metrics
+    _log_metrics(result.metrics, options.metrics_file)
+    advantages = result.advantages.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def _log_metrics(metrics: dict[str, float], metrics_file: str | None) -> None:
+    # verl's estimator API returns tensors only, so the hadw/* scalars go to the driver log and,
+    # if asked, to a JSON-lines file; verl's own critic/advantages/* already show Φ's effect.
+    logger.info("HA-DW %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    if metrics_file:
+        with open(metrics_file, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
