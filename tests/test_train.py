@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +176,9 @@ def test_presets_fill_the_loss_from_table_8():
     assert load_config(None, ["algorithm.preset=gspo"]).algorithm.loss_spec().clip_high == 4e-4
     spec = load_config(None, ["algorithm.preset=dapo", "algorithm.clip_high=0.3"]).algorithm.loss_spec()
     assert (spec.clip_low, spec.clip_high, spec.aggregation) == (0.2, 0.3, "token-mean")
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_load(path):
+    cfg = load_config(path)
+    assert cfg.algorithm.preset in ("grpo", "gspo", "dapo")

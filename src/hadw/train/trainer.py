@@ -62,7 +62,8 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
-        self.engine = make_engine(cfg.rollout.engine, model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
+        engine_options = {"max_batch_size": cfg.rollout.max_batch_size} if cfg.rollout.engine == "hf" else {}
+        self.engine = make_engine(cfg.rollout.engine, model, tokenizer, **engine_options)
         self.source = PromptSource(cfg.data, cfg.train.seed)
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
@@ -201,8 +202,11 @@ class Trainer:
             response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
         input_ids, attention_mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
         response_mask, advantages = response_mask.to(self.device), advantages.to(self.device)
-        old_logprobs = batch.logprobs.to(self.device)
         temperature = cfg.rollout.temperature
+        old_logprobs = batch.logprobs.to(self.device)
+        if cfg.rollout.engine != "hf":  # another engine's numerics (vLLM, bf16 kernels): re-score exactly
+            with torch.no_grad():
+                old_logprobs = compute_logprobs(self.model, input_ids, attention_mask, response_mask, temperature)
         ref_logprobs = None
         if self.ref_model is not None:
             with torch.no_grad():
@@ -230,6 +234,8 @@ class Trainer:
                         step,
                     )
                 )
+        if hasattr(self.engine, "sync_weights"):  # engines holding their own copy of the weights
+            self.engine.sync_weights(self.model)
         return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
 
     def _optimiser_step(self, ids, mask, response_mask, old_logprobs, advantages, ref_logprobs, temperature, step):
