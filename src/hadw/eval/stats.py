@@ -49,7 +49,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     x = _values(values, "t_interval")
     mean, n = float(x.mean()), x.size
     std = float(x.std(ddof=1)) if n > 1 else 0.0
-    if n == 1 or std == 0.0:
+    if n == 1 or np.all(x == x[0]):  # no spread: the interval is the point
         return Interval(mean, mean, mean, n, std, confidence, "t")
     low, high = stats.t.interval(confidence, df=n - 1, loc=mean, scale=std / np.sqrt(n))
     return Interval(mean, float(low), float(high), n, std, confidence, "t")
@@ -62,7 +62,7 @@ def bootstrap_interval(
     x = _values(values, "bootstrap_interval")
     mean, n = float(x.mean()), x.size
     std = float(x.std(ddof=1)) if n > 1 else 0.0
-    if n == 1 or std == 0.0:
+    if n == 1 or np.all(x == x[0]):  # no spread: the interval is the point
         return Interval(mean, mean, mean, n, std, confidence, "bootstrap")
     res = stats.bootstrap(
         (x,),
@@ -110,6 +110,6 @@ def paired_difference(
     b = np.array([baseline[s] for s in seeds], dtype=float)
     d = a - b
     p_value = float("nan")
-    if d.size > 1 and d.std(ddof=1) > 0:
+    if d.size > 1 and not np.all(d == d[0]):
         p_value = float(stats.ttest_rel(a, b).pvalue)
     return PairedDifference(interval(d, confidence, method), seeds, p_value)

@@ -1,0 +1,266 @@
+"""`hadw compare`: intervals against scipy and hand-computed values, aggregation of synthetic run logs,
+run status / reuse / resume, and a real (tiny) two-arm run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+from typer.testing import CliRunner
+
+from hadw.cli import build_app
+from hadw.eval import compare as cmp
+from hadw.eval.stats import bootstrap_interval, interval, paired_difference, t_interval
+
+SAMPLE = [0.61, 0.58, 0.66, 0.63, 0.59]
+
+
+def flat(output: str) -> str:
+    """CLI output without rich's box drawing and line wrapping."""
+    return " ".join(output.replace("│", " ").split())
+
+
+# ------------------------------------------------------------------------------------------- intervals
+def test_t_interval_by_hand_and_against_scipy():
+    iv = t_interval(SAMPLE)
+    # mean 0.614, s = sqrt(0.00412 / 4) = 0.0320936, t_{0.975, 4} = 2.776445 -> half width 0.0398495
+    assert iv.mean == pytest.approx(0.614) and iv.std == pytest.approx(0.0320936, abs=1e-7)
+    assert (iv.low, iv.high) == pytest.approx((0.5741505, 0.6538495), abs=1e-7)
+    ci = stats.ttest_1samp(SAMPLE, 0.0).confidence_interval(0.95)
+    assert (iv.low, iv.high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    assert t_interval(SAMPLE, 0.99).half_width > iv.half_width
+
+
+def test_interval_degenerate_cases_and_errors():
+    one = t_interval([0.3])
+    assert (one.low, one.mean, one.high, one.n) == (0.3, 0.3, 0.3, 1)
+    same = bootstrap_interval([0.2, 0.2, 0.2])
+    assert same.low == same.mean == same.high == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="no values"):
+        t_interval([])
+    with pytest.raises(ValueError, match="non-finite"):
+        t_interval([0.1, float("nan")])
+    with pytest.raises(ValueError, match="allowed: t, bootstrap"):
+        interval(SAMPLE, method="wald")
+
+
+def test_bootstrap_interval_is_deterministic_within_range_and_close_to_t_for_large_samples():
+    a, b = bootstrap_interval(SAMPLE, seed=1), bootstrap_interval(SAMPLE, seed=1)
+    assert a == b and min(SAMPLE) <= a.low < a.mean < a.high <= max(SAMPLE)
+    x = np.random.default_rng(0).normal(0.5, 0.1, size=400)
+    boot, t = bootstrap_interval(x), t_interval(x)
+    assert boot.low == pytest.approx(t.low, abs=0.003) and boot.high == pytest.approx(t.high, abs=0.003)
+
+
+def test_paired_difference_by_hand():
+    d = paired_difference({0: 0.55, 1: 0.62, 2: 0.76, 3: 0.9}, {0: 0.5, 1: 0.6, 2: 0.7})
+    # seed 3 has no partner; differences 0.05, 0.02, 0.06: mean 0.043333, s 0.0208167, t_{0.975,2} 4.302653
+    assert d.seeds == [0, 1, 2]
+    assert d.diff.mean == pytest.approx(0.0433333, abs=1e-7)
+    assert (d.diff.low, d.diff.high) == pytest.approx((-0.0083781, 0.0950448), abs=1e-7)
+    assert d.p_value == pytest.approx(stats.ttest_rel([0.55, 0.62, 0.76], [0.5, 0.6, 0.7]).pvalue)
+    assert d.p_value == pytest.approx(0.0690507, abs=1e-6)
+    with pytest.raises(ValueError, match="no common seeds"):
+        paired_difference({1: 0.1}, {2: 0.2})
+
+
+# ------------------------------------------------------------------------------------------- fake runs
+def fake_run(out: Path, arm: str, seed: int, finals: dict[str, float] | None, curve=(0.1, 0.2, 0.3, 0.4)) -> Path:
+    run_dir = out / arm / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    records = [{"step": i + 1, "reward/accuracy": a, "hadw/anchor": 0.5} for i, a in enumerate(curve)]
+    if finals is not None:
+        records.append(
+            {
+                "step": len(curve),
+                "final": 1.0,
+                "eval/all/count": 20.0,
+                **{f"eval/{bucket}/avg@k": v for bucket, v in finals.items()},
+            }
+        )
+        (run_dir / "final_model").mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+GRPO = {0: {"all": 0.5, "addition/L1": 0.9}, 1: {"all": 0.6, "addition/L1": 0.8}, 2: {"all": 0.7, "addition/L1": 1.0}}
+HADW = {
+    0: {"all": 0.55, "addition/L1": 0.9},
+    1: {"all": 0.62, "addition/L1": 0.9},
+    2: {"all": 0.76, "addition/L1": 0.9},
+}
+
+
+@pytest.fixture
+def fake_out(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "grpo", seed, GRPO[seed], curve=(0.0, 1.0, 0.0, 1.0) if seed == 0 else (1.0,) * 4)
+        fake_run(tmp_path, "hadw", seed, HADW[seed])
+    fake_run(tmp_path, "hadw", 3, None)  # interrupted: no final record
+    return tmp_path
+
+
+def test_aggregate_synthetic_runs_by_hand(fake_out):
+    runs = cmp.collect_runs(fake_out, ["grpo", "hadw"], [0, 1, 2, 3])
+    result = cmp.aggregate(runs)
+    assert result.baseline == "grpo" and result.missing == {"grpo": [], "hadw": [3]}
+    assert sorted(result.metrics) == ["eval/addition/L1/avg@k", "eval/all/avg@k"]  # count is not a compared metric
+    m = result.metrics["eval/all/avg@k"]
+    assert m.values["hadw"] == {0: 0.55, 1: 0.62, 2: 0.76}
+    assert m.arms["grpo"].mean == pytest.approx(0.6) and m.arms["grpo"].n == 3
+    # grpo: 0.5, 0.6, 0.7 -> s = 0.1, half width 4.302653 * 0.1 / sqrt(3) = 0.2484138
+    assert (m.arms["grpo"].low, m.arms["grpo"].high) == pytest.approx((0.3515862, 0.8484138), abs=1e-7)
+    assert m.diffs["hadw"].diff.mean == pytest.approx(0.0433333, abs=1e-7)
+    assert (m.diffs["hadw"].diff.low, m.diffs["hadw"].diff.high) == pytest.approx((-0.0083781, 0.0950448), abs=1e-7)
+    level = result.metrics["eval/addition/L1/avg@k"]
+    assert level.arms["hadw"].low == level.arms["hadw"].high == pytest.approx(0.9)  # no spread
+    # differences 0, +0.1, −0.1: mean 0, s 0.1, same half width as above, p = 1
+    d = level.diffs["hadw"]
+    assert d.diff.mean == pytest.approx(0.0, abs=1e-12) and d.p_value == pytest.approx(1.0)
+    assert (d.diff.low, d.diff.high) == pytest.approx((-0.2484138, 0.2484138), abs=1e-7)
+    flipped = cmp.aggregate(runs, baseline="hadw").metrics["eval/all/avg@k"].diffs["grpo"]
+    assert flipped.diff.mean == pytest.approx(-0.0433333, abs=1e-7)
+    with pytest.raises(ValueError, match="baseline arm 'dapo'"):
+        cmp.aggregate(runs, baseline="dapo")
+
+
+def test_curve_smoothing_and_band_by_hand(fake_out):
+    runs = cmp.collect_runs(fake_out, ["grpo"], [0, 1])
+    steps, mean, low, high = cmp.curve(list(runs["grpo"].values()), "reward/accuracy", smooth=2)
+    # seed 0 smoothed (window 2, trailing): 0, .5, .5, .5; seed 1: 1, 1, 1, 1
+    assert steps.tolist() == [1, 2, 3, 4] and mean.tolist() == pytest.approx([0.5, 0.75, 0.75, 0.75])
+    half = stats.t.ppf(0.975, 1) * np.std([0.0, 1.0], ddof=1) / np.sqrt(2)  # 12.706 * 0.5
+    assert high[0] - mean[0] == pytest.approx(half) and mean[0] - low[0] == pytest.approx(half)
+
+
+def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
+    result = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--smooth", "1"])
+    assert result.exit_code == 0, result.output
+    md = (fake_out / "compare.md").read_text()
+    assert "| all | 0.600 [0.352, 0.848] (3) | 0.643 [0.378, 0.909] (3) | +0.043 [-0.008, +0.095] | 0.069 |" in md
+    assert "Unfinished runs (left out): {'hadw': [3]}" in md
+    data = json.loads((fake_out / "compare.json").read_text())
+    assert data["metrics"]["eval/all/avg@k"]["diffs"]["hadw"]["seeds"] == [0, 1, 2]
+    assert (fake_out / "compare.png").stat().st_size > 10_000
+
+
+def test_compare_cli_collect_errors(tmp_path):
+    result = CliRunner().invoke(build_app(), ["compare", "--out", str(tmp_path / "none"), "--collect-only"])
+    assert result.exit_code != 0 and "no compare_manifest.json and no <arm>/seed<k>/ run dirs" in flat(result.output)
+
+
+# ------------------------------------------------------------------------------------------- arms, plans, status
+def test_parse_arm_and_split_overrides():
+    assert cmp.parse_arm("grpo:") == cmp.Arm("grpo", ())
+    assert cmp.parse_arm("g16:rollout.group_size=16").overrides == ("rollout.group_size=16",)
+    arm = cmp.parse_arm("dapo+hadw:algorithm.preset=dapo, hadw.enabled=true data.levels=[1,2]")
+    assert arm.overrides == ("algorithm.preset=dapo", "hadw.enabled=true", "data.levels=[1,2]")
+    for bad, match in (("grpo", "NAME:OVERRIDES"), ("a/b:x=1", "NAME:OVERRIDES"), ("x:hadw.enabled", "key=value")):
+        with pytest.raises(ValueError, match=match):
+            cmp.parse_arm(bad)
+
+
+def test_plan_runs_set_seed_and_output_last(tmp_path):
+    from hadw.train.config import load_config
+
+    arms = [cmp.parse_arm("grpo:train.seed=99"), cmp.parse_arm("hadw:hadw.enabled=true")]
+    specs = cmp.plan_runs(None, arms, [3, 4], tmp_path, ["train.steps=7"])
+    assert [(s.arm, s.seed) for s in specs] == [("grpo", 3), ("grpo", 4), ("hadw", 3), ("hadw", 4)]
+    cfg = load_config(None, list(specs[0].overrides))
+    assert (cfg.train.seed, cfg.train.steps, cfg.train.output_dir) == (3, 7, str(tmp_path / "grpo" / "seed3"))
+    assert (
+        cfg.train.num_threads == 1 and not cfg.hadw.enabled and load_config(None, list(specs[2].overrides)).hadw.enabled
+    )
+    with pytest.raises(ValueError, match="unique"):
+        cmp.plan_runs(None, [arms[0], arms[0]], [0], tmp_path)
+
+
+def test_run_status_and_reuse_and_config_mismatch(tmp_path):
+    from hadw.train.config import config_to_yaml, load_config
+
+    finished = fake_run(tmp_path, "a", 0, {"all": 0.5})
+    resumable = fake_run(tmp_path, "a", 1, None)
+    (resumable / "checkpoint-000002").mkdir()
+    (resumable / "checkpoint-000002" / "state.json").write_text("{}")
+    (resumable / "latest").write_text("checkpoint-000002\n")
+    assert [cmp.run_status(d) for d in (finished, resumable, tmp_path / "a" / "seed9")] == ["finished", "resume", "new"]
+
+    spec = cmp.plan_runs(None, [cmp.Arm("a")], [0], tmp_path)[0]
+    (finished / "config.yaml").write_text(config_to_yaml(load_config(None, list(spec.overrides))))
+    assert cmp.execute_run(spec)["status"] == "reused"
+    other = cmp.plan_runs(None, [cmp.Arm("a", ("hadw.enabled=true",))], [0], tmp_path)[0]
+    failed = cmp.execute_run(other)
+    assert failed["status"] == "failed" and "different configuration" in failed["error"]
+
+
+# ------------------------------------------------------------------------------------------- a real tiny run
+TINY = [
+    "data.source=task:addition",
+    "data.levels=[1]",
+    "data.eval_size=4",
+    "data.chat_template=never",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=3",
+    "train.steps=2",
+    "train.prompts_per_step=2",
+    "train.mini_batch_prompts=2",
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_layers=1",
+    "model.tiny.intermediate_size=64",
+    "logging.sample_every=0",
+    "checkpoint.every=1",
+]
+
+
+@pytest.mark.slow
+def test_compare_trains_reuses_and_resumes_a_tiny_run(tmp_path):
+    out = tmp_path / "cmp"
+    base = [
+        "compare",
+        "--out",
+        str(out),
+        "--arm",
+        "hadw:hadw.enabled=true",
+        "--seeds",
+        "0",
+        "--smooth",
+        "1",
+        *[x for o in TINY for x in ("--set", o)],
+    ]
+    first = CliRunner().invoke(build_app(), base)
+    assert first.exit_code == 0, first.output
+    assert "1 trained" in first.output and (out / "compare.md").is_file()
+    again = CliRunner().invoke(build_app(), base)
+    assert again.exit_code == 0 and "1 reused" in again.output, again.output
+
+    # Interrupt "hadw" after step 1: drop step 2's checkpoint, the final model and the records after step 1.
+    run_dir = out / "hadw" / "seed0"
+    import shutil
+
+    shutil.rmtree(run_dir / "final_model")
+    shutil.rmtree(run_dir / "checkpoint-000002")
+    (run_dir / "latest").write_text("checkpoint-000001\n")
+    kept = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 1]
+    (run_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("hadw", ("hadw.enabled=true",))], [0], out, TINY)
+    assert cmp.run_status(run_dir) == "resume"
+    assert cmp.execute_run(spec)["status"] == "resumed"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 2] and records[-1]["final"] == 1
+    assert cmp.run_status(run_dir) == "finished"
+
+
+@pytest.mark.slow
+def test_run_all_in_two_processes(tmp_path):
+    from hadw.train.config import config_to_yaml, load_config
+
+    specs = cmp.plan_runs(None, [cmp.Arm("a"), cmp.Arm("b", ("hadw.enabled=true",))], [0], tmp_path)
+    for spec in specs:
+        fake_run(tmp_path, spec.arm, spec.seed, {"all": 0.5})
+        (spec.run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, list(spec.overrides))))
+    done = []
+    results = cmp.run_all(specs, jobs=2, on_done=done.append)
+    assert sorted((r["arm"], r["status"]) for r in results) == [("a", "reused"), ("b", "reused")] and len(done) == 2
