@@ -1,0 +1,111 @@
+"""Per-step overhead of HADWGRPOTrainer over plain GRPOTrainer, side by side on one tiny CPU run.
+
+Both trainers run the same tiny Qwen2 model, data, rewards and seed; runs alternate (plain, HA-DW,
+plain, ...) so machine load hits both alike. Reported:
+  - end-to-end: median over repeats of (per-step time with HA-DW) / (per-step time, plain), in process
+    CPU time of `train()` (robust to other jobs on a shared box) and in wall time   [target ≤ 1.05]
+  - direct: time inside the adapter's own work (_hadw_rescale: gather, Φ, anchor, logs) / step time
+
+    .venv/bin/python benchmarks/trl_overhead.py [--repeats 5] [--steps 4] [--batch 16] [--completion 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
+from hadw.rollout.models import build_tiny_model
+
+
+def correct(prompts, completions, **kwargs) -> list[float]:
+    return [float((ord(c[0]) + ord(p[1])) % 2) if c else 0.0 for p, c in zip(prompts, completions, strict=True)]
+
+
+def brevity(completions, **kwargs) -> list[float]:
+    return [-0.05 * len(c) for c in completions]
+
+
+class TimedHADW(HADWGRPOTrainer):
+    """Accumulates the wall time of the adapter's own work."""
+
+    adapter_seconds = 0.0
+
+    def _hadw_rescale(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = super()._hadw_rescale(*args, **kwargs)
+        self.adapter_seconds += time.perf_counter() - start
+        return out
+
+
+def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: int, completion: int):
+    args = config_cls(
+        output_dir=str(out),
+        per_device_train_batch_size=batch,
+        num_generations=4,
+        max_completion_length=completion,
+        max_steps=steps,
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    prompts = Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(4 * batch * steps)]})
+    trainer = trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
+    cpu, wall = time.process_time(), time.perf_counter()
+    trainer.train()
+    cpu, wall = (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
+    return cpu, wall, getattr(trainer, "adapter_seconds", 0.0) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=16, help="completions per step (groups of 4)")
+    parser.add_argument("--completion", type=int, default=16, help="max_completion_length")
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_tiny_model(Path(tmp) / "model", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1)
+        shape = (opts.steps, opts.batch, opts.completion)
+        run(GRPOTrainer, GRPOConfig, model_dir, Path(tmp) / "warm", *shape)  # warm-up: first-run costs
+        rows = []  # (plain cpu, plain wall, hadw cpu, hadw wall, adapter)
+        for r in range(opts.repeats):
+            plain_cpu, plain_wall, _ = run(GRPOTrainer, GRPOConfig, model_dir, Path(tmp) / f"p{r}", *shape)
+            hadw_cpu, hadw_wall, adapter = run(TimedHADW, HADWGRPOConfig, model_dir, Path(tmp) / f"h{r}", *shape)
+            rows.append((plain_cpu, plain_wall, hadw_cpu, hadw_wall, adapter))
+            print(f"repeat {r}: CPU ms/step plain {plain_cpu * 1e3:6.1f} HA-DW {hadw_cpu * 1e3:6.1f} "
+                  f"ratio {hadw_cpu / plain_cpu:.3f} | wall ratio {hadw_wall / plain_wall:.3f}")
+
+    med = lambda xs: statistics.median(xs)
+    cpu_ratios = [h / p for p, _, h, _, _ in rows]
+    wall_ratios = [h / p for _, p, _, h, _ in rows]
+    print(f"\nsetup: {opts.batch} completions/step (G=4), max_completion_length {opts.completion}, "
+          f"{opts.steps} steps x {opts.repeats} repeats, {opts.threads} thread(s)")
+    print(f"plain GRPOTrainer   median {med([r[0] for r in rows]) * 1e3:7.2f} ms CPU/step")
+    print(f"HADWGRPOTrainer     median {med([r[2] for r in rows]) * 1e3:7.2f} ms CPU/step")
+    print(f"ratio (CPU time)    median {med(cpu_ratios):.3f} (min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f})"
+          "  target <= 1.05")
+    print(f"ratio (wall time)   median {med(wall_ratios):.3f} (min {min(wall_ratios):.3f}, max {max(wall_ratios):.3f})")
+    adapter = med([r[4] for r in rows])
+    print(f"adapter's own work  {adapter * 1e3:.3f} ms/step = {adapter / med([r[3] for r in rows]):.4f} of a step")
+
+
+if __name__ == "__main__":
+    main()
