@@ -18,7 +18,7 @@ fi
 rm -rf "$VERL_LIB"
 $PIP install -q --disable-pip-version-check --no-deps --target "$VERL_LIB" \
   "verl==$VERL_VERSION" "ray==2.60.0" "tensordict==0.10.0" "pyvers>=0.1,<0.2" \
-  "codetiming==1.4.0" "hydra-core==1.3.2" "cloudpickle>=3" "orjson>=3" "importlib_metadata>=8" "zipp>=3" \
+  "codetiming==1.4.0" "hydra-core==1.3.8" "cloudpickle>=3" "orjson>=3" "importlib_metadata>=8" "zipp>=3" \
   "msgpack>=1" "jsonschema>=4" "jsonschema-specifications" "referencing" "rpds-py" "attrs>=23" \
   "requests>=2" "urllib3>=2" "idna" "charset-normalizer" "certifi"
 touch "$VERL_LIB/.complete-$VERL_VERSION"

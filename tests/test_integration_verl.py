@@ -195,3 +195,33 @@ def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):
     config.trainer.resume_mode = "disable"
     build_checkpoint_callback(config)
     assert STORE.state_dict() is None
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "dapo"])
+def test_example_launch_scripts_use_keys_verl_knows(algo):
+    """Every override in examples/verl/run_<algo>_hadw.sh names a key of verl's generated trainer config
+    (new keys only under algorithm.hadw, with '+'), and algorithm.hadw parses into valid HADWOptions."""
+    import verl
+
+    script = REPO_ROOT / "examples" / "verl" / f"run_{algo}_hadw.sh"
+    # run the script with `python3` stubbed to print its arguments instead of launching anything
+    stub = 'python3() { [ "$2" = hadw.integrations.verl ] && return 0; shift 2; printf "%s\\n" "$@"; }'
+    env = {**os.environ, "MODEL_PATH": "/models/m", "DATA_DIR": "/data/math", "CKPT_DIR": "/tmp/hadw-example-ckpt"}
+    out = subprocess.run(["bash", "-c", f"{stub}; source {script}"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    overrides = [line for line in out.stdout.splitlines() if "=" in line]
+    schema = OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+    added = {}
+    for override in overrides:
+        key, value = override.split("=", 1)
+        if key.startswith("+"):
+            assert key.startswith("+algorithm.hadw."), key
+            added[key[1:]] = value
+        else:
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(schema, parent, default=None) if parent else schema
+            assert node is not None and leaf in list(node.keys()), f"{script.name}: verl has no key {key}"
+    config = OmegaConf.from_dotlist([f"{k}={v}" for k, v in added.items()])
+    options = HADWOptions.from_config(config.algorithm)
+    assert (options.lam, options.anchor, options.anchor_options) == (1.3, "window", {"k": 10})
+    assert dict(line.split("=", 1) for line in overrides)["algorithm.adv_estimator"] == "grpo_hadw"
