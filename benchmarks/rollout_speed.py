@@ -7,7 +7,7 @@ exactly batch x max_new_tokens tokens. Runs alternate (ours, generate, ours, ...
 both alike; the median is reported. Then one instrumented run of each splits a decoding step into
 model forward vs the rest (sampling + bookkeeping), and a torch.profiler run splits our "rest".
 
-    .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU
+    .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU, 1 thread
     .venv/bin/python benchmarks/rollout_speed.py --hidden 512 --layers 8 --device cuda --batch-prompts 32
 """
 
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
