@@ -135,9 +135,11 @@ def test_disabled_equals_verl_grpo_on_random_rewards(norm):
 
 
 @pytest.mark.parametrize(("anchor", "options"), [("window", {"k": 2}), ("kalman", {"eta": 2.0, "m": 2})])
-def test_enabled_equals_hadw_core(anchor, options):
-    config = algorithm(lam=1.3, anchor=anchor, anchor_options=options, correct_threshold=0.5)
+def test_enabled_equals_hadw_core(anchor, options, tmp_path):
+    metrics_file = tmp_path / "logs" / "hadw.jsonl"
+    config = algorithm(lam=1.3, anchor=anchor, anchor_options=options, metrics_file=str(metrics_file))
     reference = make_anchor(anchor, **options)
+    anchors = []
     for step in range(3):
         p = [0.2, 0.5, 0.8][step]
         correct = torch.rand(6 * G, generator=torch.Generator().manual_seed(step)) < p
@@ -150,7 +152,10 @@ def test_enabled_equals_hadw_core(anchor, options):
         torch.testing.assert_close(adv, want.advantages.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-6)
         assert want.weights[base != 0].max() > 1.3 > want.weights[base != 0].min()  # Φ really varies
         assert STORE.last_metrics["hadw/anchor"] == pytest.approx(want.metrics["hadw/anchor"])
+        anchors.append(want.metrics["hadw/anchor"])
     assert STORE.anchor.state_dict() == reference.state_dict()
+    logged = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert [m["hadw/anchor"] for m in logged] == pytest.approx(anchors)
 
 
 def test_options_are_validated():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
 from hadw.integrations.verl import ESTIMATOR_NAME
 
 logger = logging.getLogger(__name__)
+# verl sets the root logger to WARNING; our one line per step should still reach the driver's console.
+logger.setLevel(os.environ.get("HADW_LOG_LEVEL", "INFO"))
 
 
 @dataclass(frozen=True)
@@ -149,5 +152,6 @@ def _log_metrics(metrics: dict[str, float], metrics_file: str | None) -> None:
     # if asked, to a JSON-lines file; verl's own critic/advantages/* already show Φ's effect.
     logger.info("HA-DW %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     if metrics_file:
+        os.makedirs(os.path.dirname(os.path.abspath(metrics_file)), exist_ok=True)
         with open(metrics_file, "a") as f:
             f.write(json.dumps(metrics) + "\n")
