@@ -201,6 +201,16 @@ def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, lev
     assert all("hadw/anchor" in e and "hadw/phi_mean" in e for e in logged)
 
 
+def test_anchor_observes_once_per_generation_batch(tiny_model, tmp_path):
+    # 2 optimiser steps share one generation batch of 8 completions: one observation, one Φ for both
+    trainer = make_trainer(RecHADW, tiny_model, tmp_path, per_device_train_batch_size=4, steps_per_generation=2)
+    trainer.train()
+    assert len(trainer.rec_advantages) == 1 and len(trainer.rec_trained) == 2
+    assert len(trainer.hadw_anchor.state_dict()["history"]) == 1
+    used = torch.cat(trainer.rec_trained).sort().values
+    torch.testing.assert_close(used, trainer.rec_advantages[0].sort().values, rtol=0, atol=0)
+
+
 def test_checkpoint_resume_restores_anchor(tiny_model, tmp_path):
     straight = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "straight", max_steps=3)
     straight.train()
