@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tiny models gain nothing from a second thread, and lose a lot when the verifier pool or a second
+# process competes for the 2 cores.
+torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,12 +23,13 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="continue from the latest checkpoint of output_dir")] = False,
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
+    from hadw.data import DatasetError
     from hadw.train.config import ConfigError, load_config
     from hadw.train.trainer import NonFiniteLossError, Trainer
 
     _quiet_transformers()
     overrides = list(overrides or [])
-    if config is not None and "=" in config.name and not config.is_file():  # `hadw train key=value ...`
+    if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
     try:
         cfg = load_config(config, overrides)
@@ -37,6 +38,9 @@ def train(
         raise typer.Exit(2) from None
     try:
         result = Trainer(cfg, resume=resume).train()
+    except DatasetError as err:
+        typer.secho(f"data error: {err}", fg="red", err=True)
+        raise typer.Exit(2) from None
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None

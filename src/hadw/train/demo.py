@@ -26,12 +26,13 @@ DEMO_LEVELS = [1, 2, 3]
 @dataclass
 class DemoSettings:
     out_dir: Path = Path("runs/demo")
-    steps: int = 60
-    sft_seconds: float = 150.0
-    sft_target: float = 0.4
+    steps: int = 100
+    sft_target: float = 0.45  # overall greedy accuracy: ~95 % on L1, ~35 % on L2, a few % on L3
+    sft_max_steps: int = 1500
+    sft_seconds: float = 300.0  # a safety net only: the step/accuracy criteria decide on a normal machine
     seed: int = 0
     eval_size: int = 300
-    lr: float = 2e-4
+    lr: float = 2e-4  # 5e-4 destabilises GRPO on this model (measured); 2e-4 learns steadily
 
 
 def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
@@ -63,7 +64,9 @@ def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: 
     ]
 
 
-def warm_start(out_dir: Path, seconds: float, target: float, seed: int = 0, levels=None, log=print) -> Path:
+def warm_start(
+    out_dir: Path, seconds: float, target: float, seed: int = 0, levels=None, max_steps: int = 1500, log=print
+) -> Path:
     """Build the tiny model and SFT it (cached: an existing out_dir/model is reused). Returns its folder."""
     from hadw.rollout import build_tiny_model, load_model
     from hadw.train.sft import SFTConfig, sft_warm_start
@@ -81,6 +84,7 @@ def warm_start(out_dir: Path, seconds: float, target: float, seed: int = 0, leve
         max_seconds=seconds,
         seed=seed,
         eval_every=50,
+        max_steps=max_steps,
     )
     result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)))
     tmp = out_dir / ".warm_start.tmp"
@@ -147,7 +151,9 @@ def _final_eval(run_dir: Path) -> dict[str, float]:
     final = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final")]
     if not final:
         raise RuntimeError(f"run {run_dir} did not finish; see its metrics.jsonl")
-    return {k.split("/")[1]: v for k, v in final[-1].items() if k.startswith("eval/") and k.endswith("/avg@k")}
+    prefix, suffix = "eval/", "/avg@k"
+    record = final[-1]
+    return {k[len(prefix) : -len(suffix)]: v for k, v in record.items() if k.startswith(prefix) and k.endswith(suffix)}
 
 
 def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[str, float]]) -> str:
@@ -202,9 +208,11 @@ def run_demo(settings: DemoSettings) -> str:
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"[1/3] warm start: tiny Qwen2 model, SFT on {DEMO_TASK} levels {DEMO_LEVELS} "
-        f"(up to {settings.sft_seconds:.0f} s or accuracy {settings.sft_target})"
+        f"(until greedy accuracy {settings.sft_target} or {settings.sft_max_steps} steps)"
     )
-    model_dir = warm_start(out, settings.sft_seconds, settings.sft_target, settings.seed)
+    model_dir = warm_start(
+        out, settings.sft_seconds, settings.sft_target, settings.seed, max_steps=settings.sft_max_steps
+    )
     initial = _initial_eval(model_dir, settings)
 
     print(f"[2/3] RL: GRPO and GRPO+HA-DW, {settings.steps} steps each, same start and seed, in parallel")
