@@ -4,6 +4,7 @@ run status / reuse / resume, and a real (tiny) two-arm run."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -253,14 +254,27 @@ def test_compare_trains_reuses_and_resumes_a_tiny_run(tmp_path):
     assert cmp.run_status(run_dir) == "finished"
 
 
-@pytest.mark.slow
-def test_run_all_in_two_processes(tmp_path):
-    from hadw.train.config import config_to_yaml, load_config
+def pid_worker(spec: cmp.RunSpec) -> dict:
+    """A stand-in for execute_run (module level, so a spawned process can unpickle it)."""
+    import os
+    import time
 
-    specs = cmp.plan_runs(None, [cmp.Arm("a"), cmp.Arm("b", ("hadw.enabled=true",))], [0], tmp_path)
-    for spec in specs:
-        fake_run(tmp_path, spec.arm, spec.seed, {"all": 0.5})
-        (spec.run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, list(spec.overrides))))
+    time.sleep(0.3)  # long enough that both processes get work
+    return {
+        "arm": spec.arm,
+        "seed": spec.seed,
+        "status": "trained",
+        "pid": os.getpid(),
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+def test_run_all_in_two_processes(tmp_path):
+    specs = cmp.plan_runs(None, [cmp.Arm("a"), cmp.Arm("b")], [0, 1], tmp_path)
     done = []
-    results = cmp.run_all(specs, jobs=2, on_done=done.append)
-    assert sorted((r["arm"], r["status"]) for r in results) == [("a", "reused"), ("b", "reused")] and len(done) == 2
+    results = cmp.run_all(specs, jobs=2, on_done=done.append, worker=pid_worker)
+    assert sorted((r["arm"], r["seed"]) for r in results) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert len(done) == 4 and all(r["threads"] == "1" for r in results)
+    assert os.getpid() not in {r["pid"] for r in results}  # ran in worker processes
+    with pytest.raises(ValueError, match="--jobs must be >= 1"):
+        cmp.run_all(specs, jobs=0)

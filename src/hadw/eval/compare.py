@@ -201,23 +201,26 @@ def execute_run(spec: RunSpec) -> dict:
 
 
 def _init_worker() -> None:
-    import torch
+    import os
 
-    torch.set_num_threads(1)  # runs share the cores; more threads per process only thrash
+    # Runs share the cores; more threads per process only thrash. Set before the worker imports torch.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
 
 
 def run_all(
     specs: Sequence[RunSpec],
     jobs: int = 1,
     on_done: Callable[[dict], None] | None = None,
+    worker: Callable[[RunSpec], dict] = execute_run,
 ) -> list[dict]:
-    """Execute every spec, `jobs` at a time in separate (spawned) processes; jobs = 1 runs in this process."""
+    """Execute every spec with `worker`, `jobs` at a time in separate (spawned) processes; jobs = 1 runs here."""
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {jobs}")
     results = []
     if jobs == 1:
         for spec in specs:
-            results.append(execute_run(spec))
+            results.append(worker(spec))
             if on_done:
                 on_done(results[-1])
         return results
@@ -225,7 +228,7 @@ def run_all(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
-        futures = [pool.submit(execute_run, spec) for spec in specs]
+        futures = [pool.submit(worker, spec) for spec in specs]
         for future in as_completed(futures):
             results.append(future.result())
             if on_done:

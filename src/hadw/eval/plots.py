@@ -28,53 +28,61 @@ def plot_compare(
     final_metric: str = "avg@k",
     smooth: int = 5,
 ) -> Path:
-    """Learning curves (mean over seeds, t band) for each curve metric, and final accuracy per bucket with intervals."""
+    """Learning curves (mean over seeds, t band) per curve metric; final metric per bucket with intervals;
+    and each arm's seed-paired difference to the baseline per bucket (the comparison that matters)."""
     plt = _pyplot()
-    panels = len(curve_metrics) + 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.0), squeeze=False)
+    panels = len(curve_metrics) + 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 4.2), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {arm: colors[i % len(colors)] for i, arm in enumerate(result.arms)}
     for ax, metric in zip(axes[0], curve_metrics, strict=False):
-        for i, (arm, by_seed) in enumerate(runs.items()):
+        for arm, by_seed in runs.items():
             steps, mean, low, high = curve(list(by_seed.values()), metric, smooth, result.confidence)
             if steps.size:
-                ax.plot(steps, mean, color=colors[i % len(colors)], label=f"{arm} (n={len(by_seed)})")
-                ax.fill_between(steps, low, high, color=colors[i % len(colors)], alpha=0.2, linewidth=0)
-        ax.set(
-            xlabel="step",
-            ylabel=metric,
-            title=f"{metric} (mean, {result.confidence:.0%} t band" + (f", smoothed {smooth})" if smooth > 1 else ")"),
-        )
+                ax.plot(steps, mean, color=color[arm], label=f"{arm} (n={len(by_seed)})")
+                ax.fill_between(steps, low, high, color=color[arm], alpha=0.2, linewidth=0)
+        smoothed = f", {smooth}-step mean" if smooth > 1 else ""
+        ax.set(xlabel="step", ylabel=metric, title=f"{metric} (mean, {result.confidence:.0%} t band{smoothed})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    ax = axes[0][-1]
+    suffix = "/" + final_metric
     keys = sorted(
-        (k for k in result.metrics if k.endswith("/" + final_metric)),
-        key=lambda k: bucket_order(k[len("eval/") : -len(final_metric) - 1]),
+        (k for k in result.metrics if k.endswith(suffix)), key=lambda k: bucket_order(k[len("eval/") : -len(suffix)])
     )
-    buckets = [k[len("eval/") : -len(final_metric) - 1] for k in keys]
-    width = 0.8 / max(len(result.arms), 1)
+    buckets = [k[len("eval/") : -len(suffix)] for k in keys]
     x = np.arange(len(keys))
-    for i, arm in enumerate(result.arms):
-        ivs = [result.metrics[k].arms.get(arm) for k in keys]
-        mean = np.array([iv.mean if iv else np.nan for iv in ivs])
-        err = np.array([[iv.mean - iv.low if iv else 0 for iv in ivs], [iv.high - iv.mean if iv else 0 for iv in ivs]])
-        ax.bar(
-            x + (i - (len(result.arms) - 1) / 2) * width,
-            mean,
-            width,
-            yerr=err,
-            capsize=2,
-            color=colors[i % len(colors)],
-            label=arm,
-        )
-    ax.set_xticks(x, buckets, rotation=45, ha="right", fontsize=8)
-    ax.set(ylabel=f"final {final_metric}", title=f"final {final_metric} per bucket ({result.confidence:.0%} CI)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax_final, ax_diff = axes[0][-2], axes[0][-1]
+    _interval_bars(
+        ax_final, x, [[result.metrics[k].arms.get(a) for k in keys] for a in result.arms], result.arms, color
+    )
+    ax_final.set(ylabel=f"final {final_metric}", title=f"final {final_metric} ({result.confidence:.0%} CI over seeds)")
+    others = [a for a in result.arms if a != result.baseline]
+    diffs = [[result.metrics[k].diffs[a].diff if a in result.metrics[k].diffs else None for k in keys] for a in others]
+    _interval_bars(ax_diff, x, diffs, others, color)
+    ax_diff.axhline(0, color="black", linewidth=0.8)
+    ax_diff.set(
+        ylabel=f"Δ final {final_metric}", title=f"arm − {result.baseline}, paired by seed ({result.confidence:.0%} CI)"
+    )
+    if not others:
+        ax_diff.text(0.5, 0.5, "one arm: nothing to compare", ha="center", transform=ax_diff.transAxes)
+    for ax in (ax_final, ax_diff):
+        ax.set_xticks(x, buckets, rotation=45, ha="right", fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+def _interval_bars(ax, x: np.ndarray, series: list[list], names: list[str], color: dict[str, str]) -> None:
+    """Grouped bars of Interval means with [low, high] error bars; None = missing."""
+    width = 0.8 / max(len(names), 1)
+    for i, (name, ivs) in enumerate(zip(names, series, strict=True)):
+        mean = np.array([iv.mean if iv else np.nan for iv in ivs])
+        err = np.array([[iv.mean - iv.low if iv else 0 for iv in ivs], [iv.high - iv.mean if iv else 0 for iv in ivs]])
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, mean, width, yerr=err, capsize=2, color=color[name], label=name)
 
 
 def plot_probe(path: str | Path, report) -> Path:
