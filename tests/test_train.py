@@ -182,3 +182,18 @@ def test_presets_fill_the_loss_from_table_8():
 def test_example_configs_load(path):
     cfg = load_config(path)
     assert cfg.algorithm.preset in ("grpo", "gspo", "dapo")
+
+
+def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "algorithm.kl_coef=0.05", "train.steps=2",
+                                       "algorithm.kl_estimator=k3", "logging.tensorboard=true"))
+    trainer = Trainer(cfg)
+    reference = [p.detach().clone() for p in trainer.ref_model.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(reference, trainer.model.parameters(), strict=True))
+    trainer.train()
+    records = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if not r.get("final")]
+    assert all(r["loss/kl_ref"] > 0 and math.isfinite(r["loss/kl_ref"]) for r in records)  # k3 >= 0, policy moved
+    # the reference stays frozen while the policy moves
+    assert all(torch.equal(p, q) for p, q in zip(reference, trainer.ref_model.parameters(), strict=True))
+    assert any(not torch.equal(p, q) for p, q in zip(reference, trainer.model.parameters(), strict=True))
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
