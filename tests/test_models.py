@@ -15,16 +15,6 @@ from hadw.rollout import build_tiny_model, build_tiny_tokenizer, load_model
 PROBE = "<|im_start|>user\nWhat is 3/4 + 1/4? \\boxed{1}<|im_end|>"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy shared CPU the OpenMP barriers of 2+
-    threads made these tests ~5x slower; restored afterwards for the rest of the suite."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen2", seed=0)

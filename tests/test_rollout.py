@@ -21,16 +21,6 @@ from hadw.rollout import (
 QUESTIONS = ["1+1=", "What is 12*3? Put the answer in \\boxed{}.", "7/8"]  # three different lengths
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy shared CPU the OpenMP barriers of 2+
-    threads made these tests ~5x slower; restored afterwards for the rest of the suite."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module", params=["qwen2", "llama"])
 def tiny(request, tmp_path_factory):
     return load_model(build_tiny_model(tmp_path_factory.mktemp(request.param), arch=request.param), device="cpu")

@@ -16,16 +16,6 @@ from hadw.rollout import SamplingParams, sample_next_token, top_k_filter, top_p_
 PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy shared CPU the OpenMP barriers of 2+
-    threads made these tests ~5x slower; restored afterwards for the rest of the suite."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 LOGITS = PROBS.log()
 
 
