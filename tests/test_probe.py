@@ -108,7 +108,7 @@ def test_probe_on_a_tiny_model_shapes_and_level_buckets(tiny_model_dir):
         assert report.buckets[key]["prompts"] == count and report.buckets[key]["groups"] == 2 * count
     assert sum(row["prompts"] for k, row in report.buckets.items() if k.startswith("p∈")) == 6
     headers, rows = probe_rows(report.buckets)
-    assert rows[0][0] == "all" and headers[5] == "bias meas." and len(rows[0]) == len(headers)
+    assert rows[0][0] == "all" and headers[4] == "bias ± se" and len(rows[0]) == len(headers)
 
 
 def test_probe_cli_writes_json_and_png(tiny_model_dir, tmp_path):
@@ -135,6 +135,10 @@ def test_probe_cli_writes_json_and_png(tiny_model_dir, tmp_path):
     ]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
-    data = json.loads(out_json.read_text())
+
+    def no_nan(name):
+        raise AssertionError(f"{name} is not valid JSON")
+
+    data = json.loads(out_json.read_text(), parse_constant=no_nan)
     assert (data["G"], data["N"], data["groups"]) == (2, 4, 1) and data["buckets"]["all"]["prompts"] == 4
     assert png.stat().st_size > 10_000

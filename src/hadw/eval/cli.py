@@ -9,7 +9,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from hadw.eval.report import compare_rows, eval_rows, markdown_table, probe_rows, rich_table
+from hadw.eval.report import (
+    PROBE_ADVANTAGE_COLUMNS,
+    compare_rows,
+    eval_rows,
+    jsonable,
+    markdown_table,
+    probe_rows,
+    rich_table,
+)
 
 DataOption = typer.Option(
     ...,
@@ -60,6 +68,7 @@ def _load_model(model: Path, dtype: str, device: str):
 
 
 def _write_json(path: str | None, data: dict) -> None:
+    data = jsonable(data)
     if path == "-":
         typer.echo(json.dumps(data, indent=1))
     elif path:
@@ -226,7 +235,7 @@ def compare_cmd(
         + f"\n![curves]({png.name})\n",
         encoding="utf-8",
     )
-    (out / "compare.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    (out / "compare.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1) + "\n", encoding="utf-8")
     _write_json(json_path, result.to_dict())
     if json_path != "-":
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
@@ -310,15 +319,16 @@ def probe_cmd(
         json_path, {"model": str(model), "data": data, "temperature": temperature, "png": str(png), **report.to_dict()}
     )
     if json_path != "-":
+        console = Console()
         headers, rows = probe_rows(report.buckets)
-        Console().print(
-            rich_table(
-                f"Bias probe: group of G={group_size} vs N={reference} samples (under/over: share of groups with a "
-                "gradient whose advantage is under/over-estimated)",
-                headers,
-                rows,
-            )
+        title = (
+            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size} with a gradient, p_ref from "
         )
+        title += f"N={reference} samples; under/over: share of those groups whose advantage is under/over-estimated"
+        console.print(rich_table(title, headers, rows))
+        headers, rows = probe_rows(report.buckets, PROBE_ADVANTAGE_COLUMNS)
+        title = "Mean advantage of correct / wrong responses, (r − mean) / std: group of G (Â) vs reference (A)"
+        console.print(rich_table(title, headers, rows))
         typer.echo(f"wrote {png}")
 
 

@@ -38,7 +38,7 @@ def rich_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]]
 
     table = Table(title=escape(title))
     for i, header in enumerate(headers):
-        table.add_column(escape(header), justify="left" if i == 0 else "right")
+        table.add_column(escape(header), justify="left" if i == 0 else "right", no_wrap=i == 0)
     for row in rows:
         table.add_row(*(escape(str(c)) for c in row))
     return table
@@ -89,30 +89,40 @@ def compare_rows(result, metric_name: str = "avg@k") -> tuple[list[str], list[li
     return headers, rows
 
 
-PROBE_COLUMNS = [
-    ("prompts", "prompts", 0),
-    ("groups w/ grad", "nondegenerate", 0),
-    ("degenerate", "degenerate_frac", 2),
-    ("p_ref", "p_ref_mean", 3),
-    ("bias meas.", "bias_measured", 4),
-    ("± se", "bias_se", 4),
-    ("bias theory", "bias_theory", 4),
-    ("under", "under_frac", 2),
-    ("under theory", "under_theory", 2),
-    ("over", "over_frac", 2),
-    ("over theory", "over_theory", 2),
-    ("Â+ (z)", "z_correct_est", 2),
-    ("A+ ref (z)", "z_correct_ref", 2),
-    ("Â− (z)", "z_wrong_est", 2),
-    ("A− ref (z)", "z_wrong_ref", 2),
-]
+PROBE_BIAS_COLUMNS = [
+    ("prompts", "prompts", 0), ("grad groups", "nondegenerate", 0), ("p_ref", "p_ref_mean", 2),
+    ("bias ± se", ("bias_measured", "bias_se"), 3), ("theory", "bias_theory", 3),
+    ("under", "under_frac", 2), ("theory", "under_theory", 2), ("over", "over_frac", 2), ("theory", "over_theory", 2),
+]  # fmt: skip
+PROBE_ADVANTAGE_COLUMNS = [
+    ("Â correct", "z_correct_est", 2), ("A correct ref", "z_correct_ref", 2),
+    ("Â wrong", "z_wrong_est", 2), ("A wrong ref", "z_wrong_ref", 2),
+    ("Â correct raw", "adv_correct_est", 3), ("A correct raw ref", "adv_correct_ref", 3),
+]  # fmt: skip
 
 
-def probe_rows(buckets: dict[str, dict[str, float]]) -> tuple[list[str], list[list[str]]]:
-    """One row per probe bucket ("all", p ranges, then levels) with measurement beside theory."""
+def probe_rows(buckets: dict[str, dict[str, float]], columns=None) -> tuple[list[str], list[list[str]]]:
+    """One row per probe bucket ("all", p ranges, then levels): measured bias beside the theory's (default
+    columns), or with columns=PROBE_ADVANTAGE_COLUMNS the group vs reference advantages."""
+    columns = columns or PROBE_BIAS_COLUMNS
     order = sorted(buckets, key=lambda k: (k != "all", not k.startswith("p∈"), bucket_order(k) if "/" in k else ()))
-    rows = [
-        [key, *(fmt(int(buckets[key][m]) if d == 0 else buckets[key][m], d) for _, m, d in PROBE_COLUMNS)]
-        for key in order
-    ]
-    return ["bucket", *(h for h, _, _ in PROBE_COLUMNS)], rows
+    rows = [[key, *(_probe_cell(buckets[key], m, d) for _, m, d in columns)] for key in order]
+    return ["bucket", *(h for h, _, _ in columns)], rows
+
+
+def _probe_cell(row: dict[str, float], metric, digits: int) -> str:
+    if isinstance(metric, tuple):  # value ± its standard error
+        value, se = (row[m] for m in metric)
+        return fmt(value, digits) if math.isnan(se) else f"{value:.{digits}f}±{se:.{digits}f}"
+    return fmt(int(row[metric]) if digits == 0 else row[metric], digits)
+
+
+def jsonable(obj):
+    """Replace NaN / inf floats (not valid JSON) by None, recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
