@@ -33,6 +33,7 @@ class DemoSettings:
     seed: int = 0
     eval_size: int = 300
     lr: float = 2e-4  # 5e-4 destabilises GRPO on this model (measured); 2e-4 learns steadily
+    mini_batch_prompts: int = 4  # 4 optimiser steps per rollout batch of 16 prompts
 
 
 def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
@@ -51,7 +52,7 @@ def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: 
         "rollout.temperature=1.0",
         f"train.steps={settings.steps}",
         "train.prompts_per_step=16",
-        "train.mini_batch_prompts=8",
+        f"train.mini_batch_prompts={settings.mini_batch_prompts}",
         f"train.seed={settings.seed}",
         f"train.output_dir={run_dir}",
         "train.num_threads=1",
