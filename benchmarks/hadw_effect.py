@@ -1,16 +1,17 @@
 """Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (optionally DAPO ± HA-DW) over several seeds,
 from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
 
-Recipe: the demo's (hadw.train.demo: `warm_start` SFT, then `rl_overrides`: tiny Qwen2, addition levels
-1–3, G = 8, 16 prompts/step, lr 2e-4), run through `hadw.eval.compare` (finished runs are reused, so a
-rerun after an interruption only trains what is missing).
+Recipe: the demo's (hadw.train.demo: `warm_start` SFT to greedy accuracy 0.45 or 1500 steps, then
+`rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prompts/step, lr 2e-4, 100 steps), run through
+`hadw.eval.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing).
 
-Usage: python benchmarks/hadw_effect.py [--seeds 0,1,2,3,4] [--steps 60] [--arms grpo,hadw] [--jobs 2]
+Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,dapo,dapo_hadw] [--jobs 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import sys
@@ -21,7 +22,7 @@ import numpy as np
 
 from hadw.eval import compare as cmp
 from hadw.eval.plots import plot_compare
-from hadw.eval.report import compare_rows, markdown_table
+from hadw.eval.report import compare_rows, jsonable, markdown_table
 from hadw.train.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
 
 ARMS = {
@@ -41,83 +42,174 @@ def base_overrides(model_dir: Path, steps: int, eval_size: int) -> list[str]:
     return [o for o in recipe if not o.startswith(SET_BY_COMPARE + SET_HERE)] + ["logging.sample_every=0"]
 
 
-def warm_start_eval(model_dir: Path, seeds: list[int], eval_size: int) -> dict[str, float]:
-    """Greedy accuracy of the warm start on each seed's evaluation problems, averaged over seeds, per bucket."""
+def eval_problems(seed: int, eval_size: int):
+    """The held-out problems the trainer evaluates a run of this seed on."""
     from hadw.data import make_task
-    from hadw.eval.evaluate import evaluate
-    from hadw.rollout import load_model
     from hadw.train.prompts import EVAL_SEED_OFFSET
 
+    return list(make_task(DEMO_TASK, DEMO_LEVELS, seed=seed + EVAL_SEED_OFFSET, size=eval_size))
+
+
+def evaluate_model(model_dir: Path, seed: int, eval_size: int, k: int, cache: Path) -> dict[str, float]:
+    """Greedy, avg@k and pass@k at T = 1 on the seed's held-out problems: {"eval/<bucket>/<metric>": value}."""
+    settings = {"seed": seed, "eval_size": eval_size, "k": k, "model": str(model_dir)}
+    if cache.is_file():
+        stored = json.loads(cache.read_text(encoding="utf-8"))
+        if stored["settings"] == settings:
+            return stored["metrics"]
+    from hadw.eval.data import EvalSource
+    from hadw.eval.evaluate import evaluate_sources
+    from hadw.rollout import load_model
+
     model, tokenizer = load_model(model_dir, device="cpu")
-    rows: dict[str, list[float]] = {}
-    for seed in seeds:
-        problems = list(make_task(DEMO_TASK, DEMO_LEVELS, seed=seed + EVAL_SEED_OFFSET, size=eval_size))
-        summary = evaluate(model, tokenizer, problems, "plain", "exact", max_new_tokens=6, use_chat_template=False)
-        for bucket, row in summary.summary.items():
-            rows.setdefault(bucket, []).append(row["avg@k"])
-    return {bucket: float(np.mean(v)) for bucket, v in rows.items()}
+    source = EvalSource(f"task:{DEMO_TASK}", eval_problems(seed, eval_size), "plain", "exact", 6)
+    result = evaluate_sources(
+        model, tokenizer, [source], k=k, temperature=1.0, pass_ks=(k,), seed=seed, use_chat_template=False
+    )
+    metrics = {f"eval/{b}/{m}": v for b, row in result.buckets.items() for m, v in row.items() if m != "count"}
+    cache.write_text(json.dumps({"settings": settings, "metrics": metrics}), encoding="utf-8")
+    return metrics
+
+
+def train_and_evaluate(spec: cmp.RunSpec, eval_size: int, k: int) -> dict:
+    """The compare worker, then the evaluation of the run's final model (in the same process)."""
+    result = cmp.execute_run(spec)
+    if result["status"] != "failed":
+        evaluate_model(spec.run_dir / "final_model", spec.seed, eval_size, k, spec.run_dir / "posthoc_eval.json")
+    return result
+
+
+def run_metrics(log: cmp.RunLog, eval_size: int, k: int) -> dict[str, float]:
+    """A finished run's final numbers: the post-hoc evaluation plus the training accuracy of its last 10 steps."""
+    metrics = evaluate_model(log.run_dir / "final_model", log.seed, eval_size, k, log.run_dir / "posthoc_eval.json")
+    last = log.steps[-10:]
+    for key, bucket in [
+        ("reward/accuracy", "all"),
+        *((f"reward/accuracy_L{lv}", f"{DEMO_TASK}/L{lv}") for lv in DEMO_LEVELS),
+    ]:
+        values = [r[key] for r in last if isinstance(r.get(key), int | float)]
+        if values:
+            metrics[f"eval/{bucket}/train_acc_last10"] = float(np.mean(values))
+    return metrics
+
+
+def section(title: str, result: cmp.CompareResult, metrics: list[tuple[str, str]]) -> str:
+    """One markdown table per metric (rows: buckets), the repeated single-source row dropped."""
+    parts = [f"## {title}\n"]
+    for name, label in metrics:
+        headers, rows = compare_rows(result, name)
+        rows = [r for r in rows if r[0] != DEMO_TASK]
+        if rows:
+            parts.append(f"**{label}**\n\n" + markdown_table(headers, rows))
+    return "\n".join(parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2,3,4")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--arms", default="grpo,hadw", help=f"comma-separated, from {list(ARMS)}")
+    parser.add_argument("--seeds", default="0-9", help="comma-separated, or a range a-b (inclusive)")
+    demo = DemoSettings()
+    parser.add_argument("--steps", type=int, default=demo.steps)
+    parser.add_argument("--arms", default="grpo,hadw,dapo,dapo_hadw", help=f"comma-separated, from {list(ARMS)}")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--eval-size", type=int, default=500)
-    parser.add_argument("--sft-seconds", type=float, default=330.0)
-    parser.add_argument("--sft-target", type=float, default=0.45)
+    parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem at T = 1 (avg@k, pass@k)")
+    parser.add_argument("--sft-target", type=float, default=demo.sft_target)
+    parser.add_argument("--sft-max-steps", type=int, default=demo.sft_max_steps)
+    parser.add_argument(
+        "--sft-seconds", type=float, default=900.0, help="safety net only (the demo's 300 s is too short on busy cores)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/hadw_effect"))
     parser.add_argument("--report", type=Path, default=Path("benchmarks/hadw_effect.md"))
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    if "-" in args.seeds:
+        lo, hi = args.seeds.split("-")
+        seeds = list(range(int(lo), int(hi) + 1))
+    else:
+        seeds = [int(s) for s in args.seeds.split(",")]
     arms = [cmp.Arm(name, ARMS[name]) for name in args.arms.split(",")]
     start = time.perf_counter()
 
-    model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0)
-    warm = warm_start_eval(model_dir, seeds, args.eval_size)
+    model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0, max_steps=args.sft_max_steps)
     overrides = base_overrides(model_dir, args.steps, args.eval_size)
     specs = cmp.plan_runs(None, arms, seeds, args.out, overrides)
     cmp.write_manifest(args.out, arms, seeds, None, overrides)
     print(f"{len(specs)} runs ({len(arms)} arms × {len(seeds)} seeds, {args.steps} steps), {args.jobs} at a time")
     t_runs = time.perf_counter()
-    results = cmp.run_all(
-        specs, args.jobs, lambda r: print(f"  {r['arm']} seed {r['seed']}: {r['status']}", r["error"] or "", flush=True)
-    )
+    worker = functools.partial(train_and_evaluate, eval_size=args.eval_size, k=args.k)
+    report = lambda r: print(f"  {r['arm']} seed {r['seed']}: {r['status']}", r["error"] or "", flush=True)
+    results = cmp.run_all(specs, args.jobs, report, worker=worker)
     runs_s = time.perf_counter() - t_runs
     failed = [r for r in results if r["status"] == "failed"]
 
+    import torch
+
+    torch.set_num_threads(args.jobs)  # the workers are done; evaluations left to do here get the cores
     runs = cmp.collect_runs(args.out, [a.name for a in arms], seeds)
-    result = cmp.aggregate(runs, baseline=arms[0].name)
-    png = plot_compare(args.report.with_suffix(".png"), runs, result, ("reward/accuracy", "hadw/anchor"), smooth=5)
-    headers, rows = compare_rows(result)
-    rows = [r for r in rows if r[0] != DEMO_TASK]  # one source: its row repeats "all"
-    warm_rows = [[b, f"{warm[b]:.3f}"] for b in ["all", *sorted(k for k in warm if "/L" in k)]]
+    for by_seed in runs.values():
+        for log in by_seed.values():
+            if log.final is not None:
+                log.final = run_metrics(log, args.eval_size, args.k)
+    warm_dir = args.out / "warm_eval"
+    warm_dir.mkdir(exist_ok=True)
+    warm = {s: cmp.RunLog("warm", s, warm_dir, None, []) for s in seeds}
+    for s, log in warm.items():
+        log.final = evaluate_model(model_dir, s, args.eval_size, args.k, warm_dir / f"seed{s}.json")
+
+    k = args.k
+    metrics = [
+        ("greedy", "greedy accuracy"),
+        (f"avg@{k}", f"avg@{k}: mean accuracy of {k} samples at T = 1"),
+        (f"pass@{k}", f"pass@{k} (unbiased estimator, T = 1)"),
+        ("train_acc_last10", "training rollout accuracy, mean of the last 10 steps (T = 1)"),
+    ]
+    names = [m for m, _ in metrics]
+    pairs = [(a, b) for a, b in (("grpo", "hadw"), ("dapo", "dapo_hadw")) if a in runs and b in runs]
+    sections, pngs = [], []
+    for base, treated in pairs:
+        result = cmp.aggregate({base: runs[base], treated: runs[treated]}, base, names)
+        sections.append(
+            section(f"`{treated}` vs `{base}`: mean [95 % CI] (n seeds), paired difference, p", result, metrics)
+        )
+        png = args.report.with_name(f"{args.report.stem}{'' if base == 'grpo' else '_' + base}.png")
+        pngs.append(
+            plot_compare(
+                png,
+                {base: runs[base], treated: runs[treated]},
+                result,
+                ("reward/accuracy", "hadw/anchor"),
+                f"avg@{k}",
+                smooth=5,
+            )
+        )
+        (args.out / f"compare_{base}_{treated}.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1))
+    rl_gain = cmp.aggregate({"warm": warm, **runs}, "warm", names[:3])
+    sections.append(section("Every arm vs the warm start (did RL help at all?)", rl_gain, metrics[:3]))
+    (args.out / "compare_vs_warm.json").write_text(json.dumps(jsonable(rl_gain.to_dict()), indent=1))
+
     arm_text = ", ".join(f"`{a.name}`: `{' '.join(a.overrides)}`" for a in arms)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    text = f"""# Does HA-DW help? GRPO vs GRPO+HA-DW over {len(seeds)} seeds (built-in task, tiny model)
+    figures = "\n".join(f"![{p.stem}]({p.name})" for p in pngs)
+    text = f"""# Does HA-DW help? {" / ".join(f"{a} vs {b}" for b, a in pairs)} over {len(seeds)} seeds (tiny model)
 
-Command (from the repository root; {runs_s / 60:.1f} min for the runs, {(time.perf_counter() - start) / 60:.1f} min in
-all on 2 shared CPU cores): `{command}`
+Command (from the repository root; {runs_s / 60:.1f} min for the runs and their evaluation,
+{(time.perf_counter() - start) / 60:.1f} min in all, on 2 CPU cores shared with other work): `{command}`
 
-Setup: one warm start (tiny Qwen2 ~0.8 M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS}; `hadw.train.demo`),
-then {args.steps} RL steps per run with the demo's recipe; every arm and seed starts from that same checkpoint.
-Seeds change the training prompts, the sampling streams and the {args.eval_size} held-out evaluation problems;
-both arms of a seed see the same ones, so differences are paired by seed. Final metric: greedy accuracy
-(`avg@k` with k = 1) on the held-out problems, per difficulty level. Intervals: 95 % Student t over seeds.
+Setup: one warm start (tiny Qwen2, ~0.8 M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
+`hadw.train.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then
+{args.steps} RL steps per run with the demo's recipe (`hadw.train.demo.rl_overrides`); every arm and seed starts
+from that same checkpoint. A seed fixes the training prompts, the sampling streams and the {args.eval_size}
+held-out evaluation problems; all arms of a seed see the same ones, so differences are paired by seed.
+Each final model (and the warm start, on every seed's problems) is evaluated greedily and with {k} samples
+at T = 1. Intervals: 95 % Student t over seeds; p: paired t-test. Levels: addition L1 = 1-digit a+b,
+L2 = 2-digit a+b, L3 = 3-digit a±b.
 
 Overrides of every run: `{" ".join(overrides)}`; arms: {arm_text}.
 
-## Warm start (greedy accuracy, mean over the seeds' evaluation sets)
-
-{markdown_table(["bucket", "accuracy"], warm_rows)}
-## Final greedy accuracy after RL: mean [95 % CI] (n seeds), and the paired difference to `{arms[0].name}`
-
-{markdown_table(headers, rows)}
-Per-seed values (all buckets): see `{args.out}/compare.json` (regenerated by the command).
+{chr(10).join(sections)}
+Per-seed values: `{args.out}/compare_*.json` (regenerated by the command).
 {f"Failed runs: {[(r['arm'], r['seed']) for r in failed]}" if failed else ""}
 
-![learning curves and final accuracy]({png.name})
+{figures}
 
 ## Findings
 
@@ -126,7 +218,6 @@ Per-seed values (all buckets): see `{args.out}/compare.json` (regenerated by the
     old = args.report.read_text(encoding="utf-8") if args.report.is_file() else ""
     text += old.split("## Findings\n\n", 1)[1] if "## Findings\n\n" in old else "(to be written)\n"
     args.report.write_text(text, encoding="utf-8")
-    (args.out / "compare.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
     print(text)
 
 

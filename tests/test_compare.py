@@ -148,6 +148,14 @@ def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
     assert (fake_out / "compare.png").stat().st_size > 10_000
 
 
+def test_compare_cli_seed_ranges(fake_out):
+    result = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--seeds", "0-1,2"])
+    assert result.exit_code == 0, result.output
+    assert "seeds [0, 1, 2]" in (fake_out / "compare.md").read_text()
+    bad = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--seeds", "a-b"])
+    assert bad.exit_code != 0 and "expected integers like 0,1,2 or 0-4" in flat(bad.output)
+
+
 def test_compare_cli_collect_errors(tmp_path):
     result = CliRunner().invoke(build_app(), ["compare", "--out", str(tmp_path / "none"), "--collect-only"])
     assert result.exit_code != 0 and "no compare_manifest.json and no <arm>/seed<k>/ run dirs" in flat(result.output)

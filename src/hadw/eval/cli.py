@@ -38,10 +38,15 @@ def _chat(value: str):
 
 
 def _parse_ints(text: str, what: str) -> list[int]:
+    """ "0,1,2" or "0-4" (inclusive) or a mix: "0-2,7"."""
+    out: list[int] = []
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
+        for token in filter(None, text.replace(" ", "").split(",")):
+            lo, sep, hi = token.partition("-")
+            out += list(range(int(lo), int(hi) + 1)) if sep and lo else [int(token)]
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: expected comma-separated integers", param_hint=what) from None
+        raise typer.BadParameter(f"{text!r}: expected integers like 0,1,2 or 0-4", param_hint=what) from None
+    return out
 
 
 def _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed):
@@ -162,7 +167,7 @@ def compare_cmd(
         "the baseline unless --baseline. Repeat for each arm; omit all to collect the arms already in --out.",
     ),
     seeds: str = typer.Option(
-        None, "--seeds", help="Comma-separated seeds, each arm runs every one (default 0,1,2,3,4; collect: all found)."
+        None, "--seeds", help="Seeds, e.g. 0,1,2 or 0-4; each arm runs every one (default 0-4; collect: all found)."
     ),
     override: list[str] = typer.Option([], "--set", "-s", help="key=value applied to every arm (repeat)."),
     out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="Folder of the runs and the reports."),
