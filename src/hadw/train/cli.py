@@ -87,15 +87,17 @@ def sft(
 
 def demo(
     out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
-    steps: Annotated[int, typer.Option(help="RL steps per arm")] = 60,
-    sft_seconds: Annotated[float, typer.Option(help="time budget of the SFT warm start")] = 150.0,
+    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 100)")] = None,
     seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
 ) -> None:
     """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
     from hadw.train.demo import DemoSettings, run_demo
 
     _quiet_transformers()
-    run_demo(DemoSettings(out_dir=out_dir, steps=steps, sft_seconds=sft_seconds, seed=seed))
+    settings = DemoSettings(out_dir=out_dir, seed=seed)
+    if steps is not None:
+        settings.steps = steps
+    run_demo(settings)
 
 
 def plot(
