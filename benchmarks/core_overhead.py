@@ -2,7 +2,7 @@
 
 Prints the time of GRPO advantages alone and of advantages + HA-DW weights + anchor update, and the
 ratio. Target (issue: foundation): HA-DW adds at most 30 %.
-Usage: python benchmarks/core_overhead.py [--responses 1048576] [--group-size 8] [--repeats 7]
+Usage: python benchmarks/core_overhead.py [--responses 1048576] [--group-size 8] [--repeats 11] [--threads 1]
 """
 
 from __future__ import annotations
@@ -16,22 +16,27 @@ import torch
 from hadw.core import apply_hadw, compute_advantages, make_anchor
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up: allocator and kernels
-    times = []
+def interleaved_medians(fns, repeats: int) -> list[float]:
+    """Median time of each function, timed in turns (a, b, a, b, ...) so machine load hits all alike."""
+    for fn in fns:
+        fn()  # warm-up: allocator and kernels
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, bucket in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--responses", type=int, default=1 << 20)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable on a shared box)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     gen = torch.Generator().manual_seed(0)
     n = args.responses
@@ -47,8 +52,7 @@ def main() -> None:
         adv = compute_advantages(correctness, group_ids, "grpo")
         return apply_hadw(adv.advantages, correctness, adv.groups, anchor).advantages
 
-    t_adv = best_time(advantages_only, args.repeats)
-    t_hadw = best_time(advantages_and_hadw, args.repeats)
+    t_adv, t_hadw = interleaved_medians([advantages_only, advantages_and_hadw], args.repeats)
     print(f"responses={n:,} groups={n // args.group_size:,} threads={torch.get_num_threads()}")
     print(f"GRPO advantages            : {t_adv * 1e3:8.1f} ms (median of {args.repeats})")
     print(f"GRPO advantages + HA-DW    : {t_hadw * 1e3:8.1f} ms")

@@ -86,3 +86,26 @@ def test_phi_positive_and_permutation_equivariant(rewards, group_size, anchor, l
     adv_p = compute_advantages(r[perm], ids[perm]).advantages
     out_p = apply_hadw(adv_p, r[perm], ids[perm], make_anchor("fixed", value=anchor), lam=lam)
     torch.testing.assert_close(out_p.advantages, out.advantages[perm])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    totals=st.lists(st.floats(0, 1), min_size=2, max_size=40),
+    group_size=st.integers(1, 8),
+    anchor=st.floats(0, 1),
+    estimator=st.sampled_from(["grpo", "drgrpo", "rloo"]),
+)
+def test_cheap_metrics_equal_their_masked_definition(totals, group_size, anchor, estimator):
+    total = torch.tensor(totals)
+    correctness = (total > 0.5).float()  # correctness differs from the (shaped) total reward
+    ids = torch.arange(len(totals)) // group_size
+    adv = compute_advantages(total, ids, estimator).advantages
+    out = apply_hadw(adv, correctness, ids, make_anchor("fixed", value=anchor), lam=LAM)
+    active = adv != 0
+    if bool(active.any()):
+        w = out.weights[active]
+        assert out.metrics["hadw/phi_mean"] == pytest.approx(float(w.mean()), rel=1e-5)
+        assert out.metrics["hadw/phi_min"] == pytest.approx(float(w.min()), rel=1e-6)
+        assert out.metrics["hadw/phi_max"] == pytest.approx(float(w.max()), rel=1e-6)
+    boosted = float(((out.weights > LAM) & active).float().mean())
+    assert out.metrics["hadw/frac_boosted"] == pytest.approx(boosted)
