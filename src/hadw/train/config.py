@@ -151,6 +151,9 @@ class TrainConfig:
     prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256)
     mini_batch_prompts: int = 8  # prompts per optimiser step (paper: 16 -> 16 updates per batch)
     ppo_epochs: int = 1  # passes over each rollout batch
+    # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
+    # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.
+    micro_batch_size: int = 0
     seed: int = 0
     output_dir: str = "runs/default"
     eval_every: int = 0  # steps between evaluations (0 = only at the end)
@@ -282,6 +285,7 @@ def validate(cfg: Config) -> None:
     _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
     _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)
     _range("train.ppo_epochs", t.ppo_epochs, 1, 100)
+    _range("train.micro_batch_size", t.micro_batch_size, 0, 1 << 20)
     rw = cfg.reward
     if rw.weights is not None and len(rw.weights) != len(rw.functions):
         raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")

@@ -205,12 +205,10 @@ class Trainer:
         temperature = cfg.rollout.temperature
         old_logprobs = batch.logprobs.to(self.device)
         if cfg.rollout.engine != "hf":  # another engine's numerics (vLLM, bf16 kernels): re-score exactly
-            with torch.no_grad():
-                old_logprobs = compute_logprobs(self.model, input_ids, attention_mask, response_mask, temperature)
+            old_logprobs = self._score(self.model, input_ids, attention_mask, response_mask, temperature)
         ref_logprobs = None
         if self.ref_model is not None:
-            with torch.no_grad():
-                ref_logprobs = compute_logprobs(self.ref_model, input_ids, attention_mask, response_mask, temperature)
+            ref_logprobs = self._score(self.ref_model, input_ids, attention_mask, response_mask, temperature)
 
         group_size = cfg.rollout.group_size
         num_groups = len(batch) // group_size
@@ -238,25 +236,56 @@ class Trainer:
             self.engine.sync_weights(self.model)
         return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
 
-    def _optimiser_step(self, ids, mask, response_mask, old_logprobs, advantages, ref_logprobs, temperature, step):
-        logprobs, entropy = compute_logprobs(self.model, ids, mask, response_mask, temperature, return_entropy=True)
-        loss, metrics = policy_loss(
-            logprobs,
-            old_logprobs,
-            advantages,
-            response_mask,
-            self.loss_spec,
-            ref_logprobs=ref_logprobs,
-            entropy=entropy.detach(),
-        )
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(
-                f"step {step}: loss is {float(loss.detach())}; stopping before the optimiser step. The last good "
-                f"checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
-                "optim.lr or check the rewards."
+    def _score(self, model, ids, mask, response_mask, temperature) -> torch.Tensor:
+        """Log-probs [N, R] under `model` without a graph, in micro-batches."""
+        size = self.cfg.train.micro_batch_size or len(ids)
+        with torch.no_grad():
+            return torch.cat(
+                [
+                    compute_logprobs(
+                        model, ids[i : i + size], mask[i : i + size], response_mask[i : i + size], temperature
+                    )
+                    for i in range(0, len(ids), size)
+                ]
             )
+
+    def _optimiser_step(self, ids, mask, response_mask, old_logprobs, advantages, ref_logprobs, temperature, step):
+        """One optimiser step on one mini-batch, accumulating gradients over micro-batches.
+
+        Each micro-batch's loss is weighted by its share of the mini-batch (tokens for token-mean, responses
+        otherwise), so the accumulated gradient is that of the unsplit mini-batch loss. Metrics are averaged
+        with the same weights.
+        """
+        size = self.cfg.train.micro_batch_size or len(ids)
+        token_level = self.loss_spec.aggregation == "token-mean"
+        share = lambda sl: float(response_mask[sl].sum()) if token_level else float(len(ids[sl]))
+        total = max(share(slice(None)), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        metrics: dict[str, float] = {}
+        for start in range(0, len(ids), size):
+            sl = slice(start, start + size)
+            logprobs, entropy = compute_logprobs(
+                self.model, ids[sl], mask[sl], response_mask[sl], temperature, return_entropy=True
+            )
+            loss, micro_metrics = policy_loss(
+                logprobs,
+                old_logprobs[sl],
+                advantages[sl],
+                response_mask[sl],
+                self.loss_spec,
+                ref_logprobs=None if ref_logprobs is None else ref_logprobs[sl],
+                entropy=entropy.detach(),
+            )
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"step {step}: loss is {float(loss.detach())}; stopping before the optimiser step. The last "
+                    f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
+                    "optim.lr or check the rewards."
+                )
+            weight = share(sl) / total
+            (loss * weight).backward()
+            for key, value in micro_metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + weight * value
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or math.inf)
         if not torch.isfinite(grad_norm):
             raise NonFiniteLossError(f"step {step}: gradient norm is {float(grad_norm)}; stopping before the update")
