@@ -39,9 +39,11 @@ def test_named_templates_without_tokenizer():
 def test_chat_template_wraps_one_user_message_with_generation_prompt():
     tok = _tokenizer(CHAT)
     expected = "<|user|>47+38=\n<|assistant|>"
-    assert render_prompt("47+38", "plain", tok) == expected
+    assert render_prompt("47+38", "question", tok) == "<|user|>47+38\n<|assistant|>"
     assert render_prompt("47+38", "plain", tok, use_chat_template=True) == expected
     assert render_prompt("47+38", "plain", tok, use_chat_template=False) == "47+38="
+    # "auto" leaves the bare "plain" prompt of tiny models alone, whatever the tokenizer offers
+    assert render_prompt("47+38", "plain", tok) == "47+38="
 
 
 def test_tokenizer_without_chat_template_gives_plain_text():

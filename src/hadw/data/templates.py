@@ -8,7 +8,8 @@
 "question" - the bare question.
 
 With a tokenizer that has a chat template, the filled template becomes one user message and the
-tokenizer's chat template is applied with add_generation_prompt=True; otherwise the text is used as is.
+tokenizer's chat template is applied with add_generation_prompt=True ("auto" skips this for "plain");
+otherwise the text is used as is.
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ def render_prompt(
 ) -> str:
     """The prompt string for one problem.
 
-    use_chat_template: "auto" applies the tokenizer's chat template when it has one; True requires one
+    use_chat_template: "auto" applies the tokenizer's chat template when it has one, except with the
+    "plain" template (made for tiny models trained on bare "47+38=" prompts); True requires one
     (ValueError otherwise); False never applies it.
     """
     question = problem.question if isinstance(problem, Problem) else problem
     text = fill_template(question, template)
-    use_chat = has_chat_template(tokenizer) if use_chat_template == "auto" else use_chat_template
+    if use_chat_template == "auto":
+        use_chat = has_chat_template(tokenizer) and template != "plain"
+    else:
+        use_chat = use_chat_template
     if not use_chat:
         return text
     if not has_chat_template(tokenizer):

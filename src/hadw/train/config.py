@@ -54,7 +54,7 @@ class DataConfig:
     layout: str = "auto"  # file sources: field layout (see hadw.data.LAYOUTS)
     data_dir: str = ""  # where benchmark files live; empty = $HADW_SHARED_DATA or ../shared/data
     template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
-    chat_template: str = "auto"  # auto (the tokenizer's, when it has one) | always | never
+    chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
     eval_size: int = 200  # evaluation prompts per periodic evaluation
