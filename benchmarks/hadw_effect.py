@@ -140,11 +140,16 @@ def main() -> None:
     results = cmp.run_all(specs, args.jobs, report, worker=worker)
     runs_s = time.perf_counter() - t_runs
     failed = [r for r in results if r["status"] == "failed"]
+    counts = ", ".join(
+        f"{sum(r['status'] == s for r in results)} {s}" for s in ("trained", "resumed", "reused", "failed")
+    )
 
     import torch
 
     torch.set_num_threads(args.jobs)  # the workers are done; evaluations left to do here get the cores
     runs = cmp.collect_runs(args.out, [a.name for a in arms], seeds)
+    for r in failed:  # e.g. a run dir made with another config: never report it as this one
+        runs[r["arm"]].pop(r["seed"], None)
     for by_seed in runs.values():
         for log in by_seed.values():
             if log.final is not None:
@@ -193,6 +198,7 @@ def main() -> None:
 
 Command (from the repository root; {runs_s / 60:.1f} min for the runs and their evaluation,
 {(time.perf_counter() - start) / 60:.1f} min in all, on 2 CPU cores shared with other work): `{command}`
+(runs by status: {counts}).
 
 Setup: one warm start (tiny Qwen2, ~0.8 M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
 `hadw.train.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then

@@ -148,6 +148,18 @@ def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
     assert (fake_out / "compare.png").stat().st_size > 10_000
 
 
+def test_compare_cli_leaves_out_runs_made_with_another_config(fake_out):
+    (fake_out / "grpo" / "seed0" / "config.yaml").write_text("train:\n  steps: 1\n")  # not what the arm asks for
+    result = CliRunner().invoke(
+        build_app(),
+        ["compare", "--out", str(fake_out), "--arm", "grpo:", "--arm", "hadw:", "--seeds", "0-2", "--smooth", "1"],
+    )
+    assert result.exit_code == 1 and "different configuration" in result.output
+    assert "1 failed" in result.output and "5 reused" in result.output
+    md = (fake_out / "compare.md").read_text()
+    assert "| all | 0.650 [0.015, 1.285] (2) | 0.643 [0.378, 0.909] (3) | +0.040 [-0.214, +0.294] |" in md
+
+
 def test_compare_cli_seed_ranges(fake_out):
     result = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--seeds", "0-1,2"])
     assert result.exit_code == 0, result.output

@@ -218,6 +218,8 @@ def compare_cmd(
         seed_list = seed_list if seeds else found_seeds
         failed = []
     runs = cmp.collect_runs(out, names, seed_list)
+    for r in failed:  # e.g. a run dir made with another config: never report it as this one
+        runs[r["arm"]].pop(r["seed"], None)
     try:
         result = cmp.aggregate(runs, baseline, metric, confidence, method)
     except ValueError as err:
