@@ -1,9 +1,10 @@
 """Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (optionally DAPO ± HA-DW) over several seeds,
 from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
 
-Recipe: the demo's (hadw.train.demo: `warm_start` SFT to greedy accuracy 0.45 or 1500 steps, then
-`rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prompts/step, lr 2e-4, 100 steps), run through
-`hadw.eval.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing).
+Recipe: the demo's current one (hadw.train.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
+step cap, then `rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prompts/step, 100 steps), run through
+`hadw.eval.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
+run dir made with another recipe is refused and left out).
 
 Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,dapo,dapo_hadw] [--jobs 2]
 """
