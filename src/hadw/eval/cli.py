@@ -49,8 +49,11 @@ def _parse_ints(text: str, what: str) -> list[int]:
     return out
 
 
-def _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed):
+def _load_sources(data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed):
+    """The --data sources, with --levels parsed; bad input becomes a usage error naming the option."""
     from hadw.eval.data import load_source
+
+    levels = _parse_ints(levels, "'--levels'") if levels else None
 
     try:
         return [
@@ -117,16 +120,7 @@ def eval_cmd(
     pass_ks = _parse_ints(pass_k, "'--pass-k'")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
-    sources = _load_sources(
-        data,
-        data_dir,
-        limit,
-        _parse_ints(levels, "'--levels'") if levels else None,
-        template,
-        reward,
-        max_new_tokens,
-        seed,
-    )
+    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed)
     lm, tokenizer = _load_model(model, dtype, device)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval") if progress else None
@@ -282,16 +276,7 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected comma-separated numbers", param_hint="'--edges'") from None
     if group_size < 2 or reference < 1 or groups < 1:
         raise typer.BadParameter("need --group-size >= 2, --reference >= 1, --groups >= 1")
-    sources = _load_sources(
-        data,
-        data_dir,
-        limit,
-        _parse_ints(levels, "'--levels'") if levels else None,
-        template,
-        reward,
-        max_new_tokens,
-        seed,
-    )
+    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed)
     lm, tokenizer = _load_model(model, dtype, device)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")
