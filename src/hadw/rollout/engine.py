@@ -153,20 +153,13 @@ class HFRolloutEngine:
         return response[:, :steps].cpu(), logprobs[:, :steps].cpu(), lengths.cpu()
 
 
-def _make_vllm(model, tokenizer, **kwargs) -> RolloutEngine:
-    from hadw.rollout.vllm_engine import VLLMRolloutEngine  # imports vllm; only when asked for
-
-    return VLLMRolloutEngine(model, tokenizer, **kwargs)
-
-
-ENGINES: dict[str, Callable[..., RolloutEngine]] = {"hf": HFRolloutEngine, "vllm": _make_vllm}
+# The native trainer's engines. vLLM-scale generation goes through TRL (use_vllm) or verl, which
+# maintain the weight sync and memory sharing with the trainer (examples/trl, examples/verl).
+ENGINES: dict[str, Callable[..., RolloutEngine]] = {"hf": HFRolloutEngine}
 
 
 def make_engine(name: str, model, tokenizer, **kwargs) -> RolloutEngine:
-    """Build a rollout engine by name: "hf" (HFRolloutEngine) or "vllm" (VLLMRolloutEngine, GPU only).
-
-    kwargs go to the engine (hf: max_batch_size; vllm: see VLLMRolloutEngine).
-    """
+    """Build a rollout engine by name ("hf": HFRolloutEngine); kwargs go to the engine (hf: max_batch_size)."""
     if name not in ENGINES:
         raise ValueError(f"make_engine: unknown engine {name!r}; allowed: {sorted(ENGINES)}")
     return ENGINES[name](model, tokenizer, **kwargs)
