@@ -12,6 +12,7 @@ from rich.console import Console
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
     compare_rows,
+    completion_notes,
     eval_rows,
     jsonable,
     markdown_table,
@@ -110,6 +111,12 @@ def eval_cmd(
     device: str = typer.Option("auto", "--device"),
     json_path: str = JsonOption,
     markdown: Path = typer.Option(None, "--markdown", "--md", help="Write the table as markdown to this file."),
+    samples: Path = typer.Option(
+        None,
+        "--samples",
+        help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
+        "tokens) to this file, to see why a score is what it is.",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
@@ -143,12 +150,22 @@ def eval_cmd(
             bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
+    notes = completion_notes(result.stats)
+    if samples:
+        samples.parent.mkdir(parents=True, exist_ok=True)
+        with samples.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
+        notes.append(f"wrote {len(result.samples)} completions to {samples}")
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(f"# {title}\n\n" + markdown_table(headers, rows), encoding="utf-8")
+        text = f"# {title}\n\n" + markdown_table(headers, rows) + "".join(f"\n{n}\n" for n in notes)
+        markdown.write_text(text, encoding="utf-8")
     _write_json(json_path, {"model": str(model), **result.to_dict()})
     if json_path != "-":
-        Console().print(rich_table(title, headers, rows))
+        console = Console()
+        console.print(rich_table(title, headers, rows))
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
 
 
 def compare_cmd(

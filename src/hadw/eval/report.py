@@ -57,6 +57,30 @@ def eval_rows(buckets: dict[str, dict[str, float]]) -> tuple[list[str], list[lis
     return ["bucket", "n", *metrics], rows
 
 
+def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
+    """One line per generation mode ("greedy", "sampled") of `EvalResult.stats`, plus peak memory, e.g.
+    "greedy: 500 completions, 93.2% with an extracted answer, 4.1% truncated at the length limit, 812 tokens/s"."""
+    lines = [
+        f"{mode}: {int(s['completions'])} completions, {s['answered']:.1%} with an extracted answer, "
+        f"{s['truncated']:.1%} truncated at the length limit, {fmt(s['tokens_per_s'], 0)} tokens/s"
+        for mode, s in stats.items()
+        if mode != "memory"
+    ]
+    memory = stats.get("memory", {})
+    if memory:
+        parts = [f"CPU peak RSS {memory['perf/cpu_peak_rss_gb']:.2f} GiB"]
+        if "perf/max_memory_allocated_gb" in memory:
+            parts.append(f"GPU max allocated {memory['perf/max_memory_allocated_gb']:.2f} GiB")
+        lines.append("memory: " + ", ".join(parts))
+    for mode, s in stats.items():
+        if mode != "memory" and s["completions"] and s["answered"] == 0:
+            lines.append(
+                f"warning: no {mode} completion has an extractable answer, so every score is 0; look at the "
+                "--samples file (the template, --max-new-tokens, or a model that needs SFT first)"
+            )
+    return lines
+
+
 def interval_cell(iv, digits: int = 3, signed: bool = False) -> str:
     """ "0.512 [0.480, 0.544]" (signed: "+0.012 [−0.010, +0.034]")."""
     if iv is None:
