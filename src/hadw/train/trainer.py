@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields
@@ -23,6 +24,7 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.eval.evaluate import evaluate
+from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardSpec, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -107,6 +109,8 @@ class Trainer:
         recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
         self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
         self.source = PromptSource(cfg.data, cfg.train.seed)
+        self._no_signal_streak, self._warned_no_signal = 0, False
+        self.no_signal_warning: str | None = None
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
             RewardSpec(name, w)
@@ -358,7 +362,31 @@ class Trainer:
         metrics["time/update"] = t_update
         metrics["time/step"] = rollout.generate_s + rollout.reward_s + t_update
         metrics["perf/tokens_per_s"] = float(rollout.batch.response_mask.sum()) / max(metrics["time/step"], 1e-9)
+        metrics |= peak_memory_metrics()
+        self._warn_if_no_signal(step, metrics["batch/degenerate_frac"])
         return metrics
+
+    NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
+
+    def _warn_if_no_signal(self, step: int, degenerate_frac: float) -> None:
+        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all)."""
+        self._no_signal_streak = self._no_signal_streak + 1 if degenerate_frac >= 1.0 else 0
+        if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
+            return
+        self._warned_no_signal = True
+        cfg = self.cfg
+        model = cfg.model.path or self.run_dir / "init_model"
+        message = (
+            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
+            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+            "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
+            "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
+            f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
+            f"(reward.functions={list(cfg.reward.functions)}). Look at the completions: hadw eval {model} "
+            f"--data {cfg.data.source} --max-new-tokens {cfg.rollout.max_new_tokens} --samples samples.jsonl"
+        )
+        self.no_signal_warning = message
+        print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self) -> dict[str, dict[str, float]]:
