@@ -16,6 +16,7 @@ from hadw.eval.report import (
     eval_rows,
     jsonable,
     markdown_table,
+    no_informative_group_note,
     probe_rows,
     rich_table,
 )
@@ -331,13 +332,20 @@ def probe_cmd(
         console = Console()
         headers, rows = probe_rows(report.buckets)
         title = (
-            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size} with a gradient, p_ref from "
+            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size}, p_ref from N={reference} "
+            "samples; grad: groups with a gradient (not all scored alike); under/over: share of those groups "
+            "whose advantage is under/over-estimated"
         )
-        title += f"N={reference} samples; under/over: share of those groups whose advantage is under/over-estimated"
         console.print(rich_table(title, headers, rows))
         headers, rows = probe_rows(report.buckets, PROBE_ADVANTAGE_COLUMNS)
-        title = "Mean advantage of correct / wrong responses, (r − mean) / std: group of G (Â) vs reference (A)"
+        title = (
+            "Mean advantage of correct / wrong responses, (r − mean) / std (raw: r − mean): group of G (Â) vs "
+            "reference of N (A)"
+        )
         console.print(rich_table(title, headers, rows))
+        note = no_informative_group_note(report.buckets["all"], group_size)
+        if note:
+            console.print(note, markup=False, highlight=False)
         typer.echo(f"wrote {png}")
 
 
