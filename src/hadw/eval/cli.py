@@ -56,6 +56,14 @@ def _load_sources(data, data_dir, limit, levels: str | None, template, reward, m
     from hadw.eval.data import load_source
 
     levels = _parse_ints(levels, "'--levels'") if levels else None
+    if template != "auto":
+        from hadw.data.templates import fill_template
+
+        try:
+            fill_template("x", template)
+        except (ValueError, KeyError, IndexError) as err:
+            message = f"{template!r} is not a template name nor a format string with {{question}}: {err}"
+            raise typer.BadParameter(message, param_hint="'--template'") from None
 
     try:
         return [

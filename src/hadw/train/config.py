@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
@@ -245,11 +246,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path:
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
-        sources.append(OmegaConf.load(path))
+        try:
+            sources.append(OmegaConf.load(path))
+        except yaml.YAMLError as err:
+            raise ConfigError(_yaml_error(str(path), err)) from None
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
-        sources.append(OmegaConf.from_dotlist([item]))
+        try:
+            sources.append(OmegaConf.from_dotlist([item]))
+        except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
+            key, value = item.split("=", 1)
+            source = OmegaConf.create()
+            OmegaConf.update(source, key, value, force_add=True)
+            sources.append(source)
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
@@ -260,6 +270,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     validate(cfg)
     return cfg
+
+
+def _yaml_error(path: str, err: yaml.YAMLError) -> str:
+    """One line: where the YAML broke and the usual cause (an unquoted value with {, }, : or #)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return (
+        f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
+        "e.g. template: \"{question} Answer:\""
+    )
+
+
+def _check_template(template: str) -> None:
+    from hadw.data.templates import TEMPLATES, fill_template
+
+    try:
+        fill_template("x", template)
+    except (ValueError, KeyError, IndexError) as err:
+        raise ConfigError(
+            f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string "
+            f"with {{question}} ({type(err).__name__}: {err}); write literal braces as {{{{ }}}}"
+        ) from None
 
 
 def _choice(key: str, value: Any, allowed) -> None:
@@ -295,6 +328,7 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
+    _check_template(cfg.data.template)
     _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
