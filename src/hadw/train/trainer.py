@@ -120,7 +120,11 @@ class Trainer:
         ]
         self.anchor: Anchor = make_anchor(cfg.hadw.anchor, **cfg.hadw.anchor_options())
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay
+            model.parameters(),
+            lr=cfg.optim.lr,
+            betas=tuple(cfg.optim.betas),
+            weight_decay=cfg.optim.weight_decay,
+            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
@@ -293,7 +297,13 @@ class Trainer:
     def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
         return compute_logprobs(
-            model, mb.input_ids, mb.attention_mask, mb.response_mask, self.cfg.rollout.temperature, return_entropy=True
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            mb.response_mask,
+            self.cfg.rollout.temperature,
+            return_entropy=True,
+            entropy_grad=bool(self.loss_spec.entropy_coef) and torch.is_grad_enabled(),  # a bonus needs its gradient
         )
 
     def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
@@ -321,7 +331,7 @@ class Trainer:
                 micro.response_mask,
                 self.loss_spec,
                 ref_logprobs=micro.ref_logprobs,
-                entropy=entropy.detach(),
+                entropy=entropy,
             )
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(
