@@ -292,18 +292,18 @@ class Trainer:
         """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
         size = self.cfg.train.micro_batch_size or len(data)
         with torch.no_grad(), self.autocast():
-            return torch.cat([self._logprobs(model, data[i : i + size])[0] for i in range(0, len(data), size)])
+            return torch.cat([self._logprobs(model, data[i : i + size]) for i in range(0, len(data), size)])
 
-    def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
+    def _logprobs(self, model, mb: MiniBatch, with_entropy: bool = False):
+        """logprobs [B, R] of mb's responses at the sampling temperature; with_entropy: (logprobs, entropy [B, R])."""
         return compute_logprobs(
             model,
             mb.input_ids,
             mb.attention_mask,
             mb.response_mask,
             self.cfg.rollout.temperature,
-            return_entropy=True,
-            entropy_grad=bool(self.loss_spec.entropy_coef) and torch.is_grad_enabled(),  # a bonus needs its gradient
+            return_entropy=with_entropy,
+            entropy_grad=bool(self.loss_spec.entropy_coef),  # an entropy bonus needs its gradient; a metric does not
         )
 
     def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
@@ -323,7 +323,7 @@ class Trainer:
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self.autocast():
-                logprobs, entropy = self._logprobs(self.model, micro)
+                logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
             loss, micro_metrics = policy_loss(
                 logprobs,
                 micro.old_logprobs,
