@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="use this checkpoint instead of building the 135M-shaped one")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                         help="on both sides (TRL's GRPOConfig default: on)")  # fmt: skip
-    parser.add_argument("--child", choices=["hadw", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["hadw", "trl", "build"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     opts = parser.parse_args()
 
@@ -167,12 +167,18 @@ def main() -> None:
         torch.set_num_threads(opts.threads)
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
+        if opts.child == "build":
+            build_model(opts.out)
+            return
         result = (child_hadw if opts.child == "hadw" else child_trl)(opts.model, opts.out, opts.gradient_checkpointing)
         print(json.dumps(result))
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = opts.model or build_model(Path(tmp) / "model135m")
+        model_dir = opts.model
+        if model_dir is None:  # built in a child too: a child's ru_maxrss starts at its parent's RSS at fork
+            model_dir = Path(tmp) / "model135m"
+            subprocess.run([sys.executable, __file__, "--child", "build", "--out", str(model_dir)], check=True)
         results: dict[str, list[dict]] = {"hadw": [], "trl": []}
         for r in range(opts.repeats):
             for side in ("hadw", "trl"):
