@@ -16,16 +16,19 @@ app = typer.Typer(
 
 # Modules exposing `register(app: typer.Typer) -> None`. Imported lazily in `main` so that
 # `import hadw.cli` stays cheap.
+# Listed in `hadw --help` in this order: the main job first.
 COMMAND_MODULES: list[str] = [
-    "hadw.theory.cli",
-    "hadw.eval.cli",
-    "hadw.train.cli",
+    "hadw.train.cli",  # train, sft
+    "hadw.eval.cli",  # eval, probe
+    "hadw.experiments.cli",  # compare, demo, plot
+    "hadw.theory.cli",  # bias
 ]
 
 
 def build_app() -> typer.Typer:
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(app)
+    app.command("version")(version)
     return app
 
 
@@ -34,7 +37,6 @@ def _root() -> None:
     """RLVR (GRPO / GSPO / DAPO) with History-Aware Adaptive Difficulty Weighting."""
 
 
-@app.command("version")
 def version() -> None:
     """Print the installed hadw version."""
     from hadw import __version__

@@ -1,4 +1,4 @@
-"""Commands: `hadw train`, `hadw sft`, `hadw demo`, `hadw plot`."""
+"""Commands: `hadw train`, `hadw sft`."""
 
 from __future__ import annotations
 
@@ -85,33 +85,6 @@ def sft(
     typer.echo(f"saved {out_dir}: {result.steps} steps, greedy accuracy {result.accuracy:.3f}")
 
 
-def demo(
-    out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
-    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 100)")] = None,
-    seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
-) -> None:
-    """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
-    from hadw.train.demo import DemoSettings, run_demo
-
-    _quiet_transformers()
-    settings = DemoSettings(out_dir=out_dir, seed=seed)
-    if steps is not None:
-        settings.steps = steps
-    run_demo(settings)
-
-
-def plot(
-    run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders (with metrics.jsonl)")],
-    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("curves.png"),
-) -> None:
-    """Draw the training curves (accuracy, anchor) of finished or running runs."""
-    from hadw.train.demo import plot_runs
-
-    typer.echo(plot_runs({d.name: d for d in run_dirs}, out))
-
-
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
     app.command("sft")(sft)
-    app.command("demo")(demo)
-    app.command("plot")(plot)
