@@ -84,9 +84,9 @@ def _write_json(path: str | None, data: dict) -> None:
 
 
 def _bar(total: int, desc: str):
-    from tqdm.auto import tqdm
+    from hadw.progress import Bar
 
-    return tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False)
+    return Bar(total, desc)
 
 
 def eval_cmd(

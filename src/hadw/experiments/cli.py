@@ -57,7 +57,7 @@ def compare_cmd(
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
         cmp.write_manifest(out, arms, seed_list, config, override)
         bar = _bar(len(specs), f"runs ({jobs} at a time)")
-        statuses = cmp.run_all(specs, jobs, lambda r: (bar.update(1), bar.set_postfix_str(f"{r['arm']}/{r['seed']}")))
+        statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
         bar.close()
         failed = [r for r in statuses if r["status"] == "failed"]
         for r in failed:
