@@ -21,6 +21,9 @@ def train(
         list[str] | None, typer.Argument(help="dotted overrides, e.g. hadw.enabled=true train.steps=50")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the latest checkpoint of output_dir")] = False,
+    show_config: Annotated[
+        bool, typer.Option("--show-config", help="print the resolved config with each field's doc, then exit")
+    ] = False,
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
     from hadw.data import DatasetError
@@ -36,6 +39,11 @@ def train(
     except ConfigError as err:
         typer.secho(f"config error: {err}", fg="red", err=True)
         raise typer.Exit(2) from None
+    if show_config:
+        from hadw.train.config_docs import show_config as render
+
+        typer.echo(render(cfg), nl=False)
+        return
     try:
         result = Trainer(cfg, resume=resume).train()
     except DatasetError as err:
