@@ -203,6 +203,6 @@ def make_anchor(kind: str = "window", **options: Any) -> Anchor:
 
 def anchor_from_state(state: dict[str, Any]) -> Anchor:
     """Rebuild an anchor (kind and parameters included) from its `state_dict()`."""
-    anchor = make_anchor(state["kind"]) if state["kind"] != "fixed" else FixedAnchor(state["value"])
+    anchor = make_anchor(state["kind"])  # default options; the state carries the real ones
     anchor.load_state_dict(state)
     return anchor

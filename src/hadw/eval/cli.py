@@ -11,9 +11,11 @@ from rich.console import Console
 
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
+    completion_notes,
     eval_rows,
     jsonable,
     markdown_table,
+    no_informative_group_note,
     probe_rows,
     rich_table,
 )
@@ -53,6 +55,14 @@ def _load_sources(data, data_dir, limit, levels: str | None, template, reward, m
     from hadw.eval.data import load_source
 
     levels = _parse_ints(levels, "'--levels'") if levels else None
+    if template != "auto":
+        from hadw.data.templates import fill_template
+
+        try:
+            fill_template("x", template)
+        except (ValueError, KeyError, IndexError) as err:
+            message = f"{template!r} is not a template name nor a format string with {{question}}: {err}"
+            raise typer.BadParameter(message, param_hint="'--template'") from None
 
     try:
         return [
@@ -109,6 +119,12 @@ def eval_cmd(
     device: str = typer.Option("auto", "--device"),
     json_path: str = JsonOption,
     markdown: Path = typer.Option(None, "--markdown", "--md", help="Write the table as markdown to this file."),
+    samples: Path = typer.Option(
+        None,
+        "--samples",
+        help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
+        "tokens) to this file, to see why a score is what it is.",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
@@ -142,12 +158,22 @@ def eval_cmd(
             bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
+    notes = completion_notes(result.stats)
+    if samples:
+        samples.parent.mkdir(parents=True, exist_ok=True)
+        with samples.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
+        notes.append(f"wrote {len(result.samples)} completions to {samples}")
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(f"# {title}\n\n" + markdown_table(headers, rows), encoding="utf-8")
+        text = f"# {title}\n\n" + markdown_table(headers, rows) + "".join(f"\n{n}\n" for n in notes)
+        markdown.write_text(text, encoding="utf-8")
     _write_json(json_path, {"model": str(model), **result.to_dict()})
     if json_path != "-":
-        Console().print(rich_table(title, headers, rows))
+        console = Console()
+        console.print(rich_table(title, headers, rows))
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
 
 
 def probe_cmd(
@@ -220,13 +246,20 @@ def probe_cmd(
         console = Console()
         headers, rows = probe_rows(report.buckets)
         title = (
-            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size} with a gradient, p_ref from "
+            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size}, p_ref from N={reference} "
+            "samples; grad: groups with a gradient (not all scored alike); under/over: share of those groups "
+            "whose advantage is under/over-estimated"
         )
-        title += f"N={reference} samples; under/over: share of those groups whose advantage is under/over-estimated"
         console.print(rich_table(title, headers, rows))
         headers, rows = probe_rows(report.buckets, PROBE_ADVANTAGE_COLUMNS)
-        title = "Mean advantage of correct / wrong responses, (r − mean) / std: group of G (Â) vs reference (A)"
+        title = (
+            "Mean advantage of correct / wrong responses, (r − mean) / std (raw: r − mean): group of G (Â) vs "
+            "reference of N (A)"
+        )
         console.print(rich_table(title, headers, rows))
+        note = no_informative_group_note(report.buckets["all"], group_size)
+        if note:
+            console.print(note, markup=False, highlight=False)
         typer.echo(f"wrote {png}")
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
@@ -39,7 +40,13 @@ class TinyModelConfig:
 @dataclass
 class ModelConfig:
     path: str = ""  # a local checkpoint directory (any HF causal LM); empty = build the tiny model
-    dtype: str = "float32"  # float32 | bfloat16; float32 keeps CPU runs bit-for-bit reproducible
+    # Storage dtype of the trained weights, gradients and AdamW state. Only float32: AdamW steps of
+    # lr ~1e-6 are below bfloat16's resolution, so bf16 weights would barely move (issue 10).
+    dtype: str = "float32"
+    # Dtype of the forward/backward passes (mixed precision via torch.autocast): float32 | bfloat16.
+    # bfloat16 is TRL's `bf16=True` and verl's default on GPU; on CPU it is slower and only worth it
+    # to check a GPU recipe. Master weights stay float32 either way.
+    compute_dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
@@ -71,7 +78,11 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (batched sampling with a KV cache) | vllm (GPU, when installed)
+    # Re-score the sampled responses under the policy before the update (the old log-probs of the
+    # ratio): auto = only when model.compute_dtype is not float32 (in float32 the sampler's log-probs
+    # equal a teacher-forced re-scoring bit for bit, so recomputing would cost a forward for nothing)
+    # | always | never. TRL and verl always recompute with a vLLM rollout.
+    recompute_logprobs: str = "auto"
     group_size: int = 8  # G responses per prompt; the paper uses 8
     temperature: float = 1.0
     top_p: float = 1.0
@@ -157,7 +168,6 @@ class TrainConfig:
     seed: int = 0
     output_dir: str = "runs/default"
     eval_every: int = 0  # steps between evaluations (0 = only at the end)
-    eval_greedy: bool = True
     num_threads: int = 0  # torch CPU threads (0 = torch's default); 1 per process when runs share cores
 
 
@@ -209,7 +219,17 @@ def _known_keys(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
+# Keys that existed once: say what replaced them instead of "unknown key".
+REMOVED_KEYS = {
+    "rollout.engine": "the native trainer samples with transformers (CPU / one GPU); for vLLM rollouts use the "
+    "TRL script examples/trl/math_grpo_hadw.py (use_vllm, colocate) or the verl scripts in examples/verl/",
+    "train.eval_greedy": "evaluation during training is always greedy; drop the key",
+}
+
+
 def _unknown_key_error(key: str) -> ConfigError:
+    if key in REMOVED_KEYS:
+        return ConfigError(f"config key {key!r} was removed: {REMOVED_KEYS[key]}")
     keys = _known_keys(Config)
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     if not close:  # a typo in the last part only: compare against the section's keys
@@ -226,11 +246,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path:
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
-        sources.append(OmegaConf.load(path))
+        try:
+            sources.append(OmegaConf.load(path))
+        except yaml.YAMLError as err:
+            raise ConfigError(_yaml_error(str(path), err)) from None
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
-        sources.append(OmegaConf.from_dotlist([item]))
+        try:
+            sources.append(OmegaConf.from_dotlist([item]))
+        except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
+            key, value = item.split("=", 1)
+            source = OmegaConf.create()
+            OmegaConf.update(source, key, value, force_add=True)
+            sources.append(source)
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
@@ -241,6 +270,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     validate(cfg)
     return cfg
+
+
+def _yaml_error(path: str, err: yaml.YAMLError) -> str:
+    """One line: where the YAML broke and the usual cause (an unquoted value with {, }, : or #)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return (
+        f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
+        "e.g. template: \"{question} Answer:\""
+    )
+
+
+def _check_template(template: str) -> None:
+    from hadw.data.templates import TEMPLATES, fill_template
+
+    try:
+        fill_template("x", template)
+    except (ValueError, KeyError, IndexError) as err:
+        raise ConfigError(
+            f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string "
+            f"with {{question}} ({type(err).__name__}: {err}); write literal braces as {{{{ }}}}"
+        ) from None
 
 
 def _choice(key: str, value: Any, allowed) -> None:
@@ -256,7 +308,13 @@ def _range(key: str, value: float, low: float, high: float) -> None:
 def validate(cfg: Config) -> None:
     """Check every enumerated and bounded field; the message names the key and the allowed values."""
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
-    _choice("model.dtype", cfg.model.dtype, ("float32", "bfloat16"))
+    if cfg.model.dtype != "float32":
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype!r} would train {cfg.model.dtype} weights directly (AdamW updates below "
+            "its resolution are lost); keep model.dtype=float32 and set model.compute_dtype=bfloat16 for "
+            "mixed precision"
+        )
+    _choice("model.compute_dtype", cfg.model.compute_dtype, ("float32", "bfloat16"))
     _choice("model.device", cfg.model.device, ("auto", "cpu", "cuda"))
     _choice("model.tiny.arch", cfg.model.tiny.arch, ("qwen2", "llama"))
     _choice("algorithm.preset", a.preset, tuple(LOSS_PRESETS))
@@ -270,7 +328,8 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
-    _choice("rollout.engine", r.engine, ("hf", "vllm"))
+    _check_template(cfg.data.template)
+    _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)

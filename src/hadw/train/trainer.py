@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,11 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.eval.evaluate import evaluate
+from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardSpec, score
-from hadw.rollout import RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model, make_engine
+from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from hadw.train.config import Config, config_to_yaml
+from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
@@ -40,6 +43,43 @@ class TrainResult:
     run_dir: Path
     steps: int
     final_eval: dict[str, dict[str, float]] | None
+
+
+@dataclass
+class MiniBatch:
+    """Rows of a rollout batch on the training device; slicing or indexing it selects rows of every field.
+
+    input_ids, attention_mask: [B, P + R] (prompt left-padded, response right-padded);
+    response_mask, old_logprobs, ref_logprobs: [B, R]; advantages: [B] (Â·Φ, one per response).
+    ref_logprobs is None without a KL term.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, rows) -> MiniBatch:
+        return MiniBatch(**{f.name: _take(getattr(self, f.name), rows) for f in fields(self)})
+
+
+def _take(tensor: torch.Tensor | None, rows) -> torch.Tensor | None:
+    return None if tensor is None else tensor[rows]
+
+
+def _check_master_weights(model) -> None:
+    """Refuse to train non-float32 weights: AdamW steps below bf16/fp16 resolution would be lost."""
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
+    if dtypes - {torch.float32}:
+        raise ConfigError(
+            f"the model's trainable weights are {sorted(map(str, dtypes))}; train float32 master weights "
+            "(model.dtype=float32) with model.compute_dtype=bfloat16 for mixed precision"
+        )
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -59,12 +99,18 @@ class Trainer:
         self._seed_everything(cfg.train.seed)
         if model is None:
             model, tokenizer = self._load_model()
+        _check_master_weights(model)
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
-        engine_options = {"max_batch_size": cfg.rollout.max_batch_size} if cfg.rollout.engine == "hf" else {}
-        self.engine = make_engine(cfg.rollout.engine, model, tokenizer, **engine_options)
+        self.engine = HFRolloutEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
+        # Sampled log-probs equal a teacher-forced re-scoring bit for bit in float32 (see rollout.engine);
+        # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
+        recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
+        self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
         self.source = PromptSource(cfg.data, cfg.train.seed)
+        self._no_signal_streak, self._warned_no_signal = 0, False
+        self.no_signal_warning: str | None = None
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
             RewardSpec(name, w)
@@ -122,6 +168,13 @@ class Trainer:
             model.gradient_checkpointing_enable()
         return model, tokenizer
 
+    def autocast(self) -> AbstractContextManager:
+        """Forward passes in model.compute_dtype (mixed precision); a no-op in float32."""
+        dtype = self.cfg.model.compute_dtype
+        if dtype == "float32":
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, dtype))
+
     def _load_reference(self):
         import copy
 
@@ -149,7 +202,8 @@ class Trainer:
         )
         t0 = time.perf_counter()
         self.model.eval()
-        batch = self.engine.generate(self._prompt_ids(problems), params)
+        with self.autocast():
+            batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
         answers = [problems[i].answer for i in batch.prompt_index.tolist()]
         rewards = score(
@@ -179,8 +233,7 @@ class Trainer:
             total += overlong_penalty(
                 batch.response_lengths, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty
             )
-        options = {"std": a.std} if a.advantage != "drgrpo" else {}
-        adv = compute_advantages(total, rollout.group_ids, a.advantage, **options)
+        adv = compute_advantages(total, rollout.group_ids, a.advantage, std=a.std)
         hadw = apply_hadw(
             adv.advantages,
             rollout.rewards.correctness,
@@ -195,85 +248,79 @@ class Trainer:
         return hadw.advantages, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
-        """PPO-style epochs over group-aligned mini-batches; returns averaged loss metrics."""
-        cfg = self.cfg
-        response_mask = batch.response_mask.clone()
-        if cfg.algorithm.overlong == "mask":  # truncated responses carry no learning signal
-            response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
-        input_ids, attention_mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
-        response_mask, advantages = response_mask.to(self.device), advantages.to(self.device)
-        temperature = cfg.rollout.temperature
-        old_logprobs = batch.logprobs.to(self.device)
-        if cfg.rollout.engine != "hf":  # another engine's numerics (vLLM, bf16 kernels): re-score exactly
-            old_logprobs = self._score(self.model, input_ids, attention_mask, response_mask, temperature)
-        ref_logprobs = None
-        if self.ref_model is not None:
-            ref_logprobs = self._score(self.ref_model, input_ids, attention_mask, response_mask, temperature)
+        """PPO-style epochs over group-aligned mini-batches of the rollout batch; returns averaged metrics.
 
-        group_size = cfg.rollout.group_size
-        num_groups = len(batch) // group_size
-        generator = torch.Generator().manual_seed(_step_seed(cfg.train.seed, step, 1 << 20))
+        batch: N = P·G rows, each prompt's G responses contiguous; advantages: [N].
+        """
+        data = self._minibatch_source(batch, advantages)
+        group_size, per_step = self.cfg.rollout.group_size, self.cfg.train.mini_batch_prompts
+        num_groups = len(data) // group_size
+        generator = torch.Generator().manual_seed(_step_seed(self.cfg.train.seed, step, 1 << 20))
         self.model.train()
         history: list[dict[str, float]] = []
-        for _ in range(cfg.train.ppo_epochs):
+        for _epoch in range(self.cfg.train.ppo_epochs):
             order = torch.randperm(num_groups, generator=generator)
-            for start in range(0, num_groups, cfg.train.mini_batch_prompts):
-                groups = order[start : start + cfg.train.mini_batch_prompts]
+            for start in range(0, num_groups, per_step):
+                groups = order[start : start + per_step]
                 rows = (groups[:, None] * group_size + torch.arange(group_size)).flatten().to(self.device)
-                history.append(
-                    self._optimiser_step(
-                        input_ids[rows],
-                        attention_mask[rows],
-                        response_mask[rows],
-                        old_logprobs[rows],
-                        advantages[rows],
-                        None if ref_logprobs is None else ref_logprobs[rows],
-                        temperature,
-                        step,
-                    )
-                )
-        if hasattr(self.engine, "sync_weights"):  # engines holding their own copy of the weights
-            self.engine.sync_weights(self.model)
+                history.append(self._optimiser_step(data[rows], step))
         return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
 
-    def _score(self, model, ids, mask, response_mask, temperature) -> torch.Tensor:
-        """Log-probs [N, R] under `model` without a graph, in micro-batches."""
-        size = self.cfg.train.micro_batch_size or len(ids)
-        with torch.no_grad():
-            return torch.cat(
-                [
-                    compute_logprobs(
-                        model, ids[i : i + size], mask[i : i + size], response_mask[i : i + size], temperature
-                    )
-                    for i in range(0, len(ids), size)
-                ]
-            )
+    def _minibatch_source(self, batch: RolloutBatch, advantages: torch.Tensor) -> MiniBatch:
+        """The whole rollout batch on the training device, with the log-probs the loss compares against."""
+        response_mask = batch.response_mask.clone()
+        if self.cfg.algorithm.overlong == "mask":  # truncated responses carry no learning signal
+            response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
+        data = MiniBatch(
+            input_ids=batch.input_ids.to(self.device),
+            attention_mask=batch.attention_mask.to(self.device),
+            response_mask=response_mask.to(self.device),
+            old_logprobs=batch.logprobs.to(self.device),
+            advantages=advantages.to(self.device),
+        )
+        if self._recompute_logprobs:  # sampled log-probs carry the cached decoder's numerics: re-score
+            data.old_logprobs = self._score(self.model, data)
+        if self.ref_model is not None:
+            data.ref_logprobs = self._score(self.ref_model, data)
+        return data
 
-    def _optimiser_step(self, ids, mask, response_mask, old_logprobs, advantages, ref_logprobs, temperature, step):
+    def _score(self, model, data: MiniBatch) -> torch.Tensor:
+        """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
+        size = self.cfg.train.micro_batch_size or len(data)
+        with torch.no_grad(), self.autocast():
+            return torch.cat([self._logprobs(model, data[i : i + size])[0] for i in range(0, len(data), size)])
+
+    def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
+        return compute_logprobs(
+            model, mb.input_ids, mb.attention_mask, mb.response_mask, self.cfg.rollout.temperature, return_entropy=True
+        )
+
+    def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
         """One optimiser step on one mini-batch, accumulating gradients over micro-batches.
 
         Each micro-batch's loss is weighted by its share of the mini-batch (tokens for token-mean, responses
         otherwise), so the accumulated gradient is that of the unsplit mini-batch loss. Metrics are averaged
-        with the same weights.
+        with the same weights. The forward runs under autocast (model.compute_dtype); weights, gradients
+        and AdamW state stay in the storage dtype (float32 master weights).
         """
-        size = self.cfg.train.micro_batch_size or len(ids)
+        size = self.cfg.train.micro_batch_size or len(mb)
         token_level = self.loss_spec.aggregation == "token-mean"
-        share = lambda sl: float(response_mask[sl].sum()) if token_level else float(len(ids[sl]))
-        total = max(share(slice(None)), 1.0)
+        share = lambda micro: float(micro.response_mask.sum()) if token_level else float(len(micro))
+        total = max(share(mb), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
-        for start in range(0, len(ids), size):
-            sl = slice(start, start + size)
-            logprobs, entropy = compute_logprobs(
-                self.model, ids[sl], mask[sl], response_mask[sl], temperature, return_entropy=True
-            )
+        for start in range(0, len(mb), size):
+            micro = mb[start : start + size]
+            with self.autocast():
+                logprobs, entropy = self._logprobs(self.model, micro)
             loss, micro_metrics = policy_loss(
                 logprobs,
-                old_logprobs[sl],
-                advantages[sl],
-                response_mask[sl],
+                micro.old_logprobs,
+                micro.advantages,
+                micro.response_mask,
                 self.loss_spec,
-                ref_logprobs=None if ref_logprobs is None else ref_logprobs[sl],
+                ref_logprobs=micro.ref_logprobs,
                 entropy=entropy.detach(),
             )
             if not torch.isfinite(loss):
@@ -282,7 +329,7 @@ class Trainer:
                     f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
                     "optim.lr or check the rewards."
                 )
-            weight = share(sl) / total
+            weight = share(micro) / total
             (loss * weight).backward()
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
@@ -315,23 +362,48 @@ class Trainer:
         metrics["time/update"] = t_update
         metrics["time/step"] = rollout.generate_s + rollout.reward_s + t_update
         metrics["perf/tokens_per_s"] = float(rollout.batch.response_mask.sum()) / max(metrics["time/step"], 1e-9)
+        metrics |= peak_memory_metrics()
+        self._warn_if_no_signal(step, metrics["batch/degenerate_frac"])
         return metrics
+
+    NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
+
+    def _warn_if_no_signal(self, step: int, degenerate_frac: float) -> None:
+        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all)."""
+        self._no_signal_streak = self._no_signal_streak + 1 if degenerate_frac >= 1.0 else 0
+        if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
+            return
+        self._warned_no_signal = True
+        cfg = self.cfg
+        model = cfg.model.path or self.run_dir / "init_model"
+        message = (
+            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
+            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+            "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
+            "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
+            f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
+            f"(reward.functions={list(cfg.reward.functions)}). Look at the completions: hadw eval {model} "
+            f"--data {cfg.data.source} --max-new-tokens {cfg.rollout.max_new_tokens} --samples samples.jsonl"
+        )
+        self.no_signal_warning = message
+        print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self) -> dict[str, dict[str, float]]:
         """Greedy accuracy on the fixed evaluation prompts (never touches the anchor)."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
-        report = evaluate(
-            self.model,
-            self.tokenizer,
-            self.source.eval_problems(),
-            self.cfg.data.template,
-            self.cfg.reward.correctness,
-            temperature=0.0,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            engine=self.engine,
-            use_chat_template=chat,
-        )
+        with self.autocast():
+            report = evaluate(
+                self.model,
+                self.tokenizer,
+                self.source.eval_problems(),
+                self.cfg.data.template,
+                self.cfg.reward.correctness,
+                temperature=0.0,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                engine=self.engine,
+                use_chat_template=chat,
+            )
         return report.summary
 
     def checkpoint(self, step: int) -> Path:
