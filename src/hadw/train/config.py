@@ -384,7 +384,9 @@ def _check_data(data: DataConfig) -> None:
                 allowed = TASKS[name].levels
                 bad = [level for level in data.levels if level not in allowed]
                 if bad or not data.levels:
-                    raise ConfigError(f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}")
+                    raise ConfigError(
+                        f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}"
+                    )
     if data.layout != "auto":
         _choice("data.layout", data.layout, ("auto", *LAYOUTS))
     try:

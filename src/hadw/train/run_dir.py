@@ -110,3 +110,44 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple
             )
         aside = move_aside(run_dir)
     return lock, aside
+
+
+# Settings a resumed run may change freely: they do not alter what is learned from the saved state
+# (length of the run, logging, checkpoint cadence, evaluation, threads, where files are).
+RESUME_FREE_KEYS = (
+    "train.steps",
+    "train.output_dir",
+    "train.num_threads",
+    "train.eval_every",
+    "train.eval_greedy",
+    "data.eval_size",
+    "data.eval_source",
+    "data.data_dir",
+    "model.device",
+    "rollout.max_batch_size",
+    "reward.timeout_s",
+)
+RESUME_FREE_SECTIONS = ("logging.", "checkpoint.")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(saved: dict, new: dict) -> list[str]:
+    """'key: saved -> new' for every setting that differs between a saved run's config and the new one,
+    except those a resume may change freely (RESUME_FREE_KEYS / _SECTIONS)."""
+    a, b = _flatten(saved), _flatten(new)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUME_FREE_KEYS or key.startswith(RESUME_FREE_SECTIONS):
+            continue
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            diffs.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return diffs
