@@ -58,7 +58,7 @@ def handle_user_errors(fn):
             line = user_error_line(err)
             if line is None or os.environ.get("HADW_DEBUG") == "1":
                 raise
-            typer.secho(f"error: {line}", fg="red", err=True)
+            typer.secho(f"{getattr(err, 'prefix', 'error: ')}{line}", fg="red", err=True)
             raise typer.Exit(getattr(err, "exit_code", 2)) from None
 
     return wrapper
@@ -94,7 +94,7 @@ def main() -> None:
         line = user_error_line(err)
         if line is None or os.environ.get("HADW_DEBUG") == "1":
             raise
-        print(f"error: {line}", file=sys.stderr)
+        print(f"{getattr(err, 'prefix', 'error: ')}{line}", file=sys.stderr)
         sys.exit(getattr(err, "exit_code", 2))
 
 

@@ -12,3 +12,4 @@ class UserError(Exception):
     value and what is allowed; the CLI shows it as one line and exits with `exit_code` (2)."""
 
     exit_code = 2
+    prefix = "error: "  # what the CLI puts before the message

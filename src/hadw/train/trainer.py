@@ -46,6 +46,8 @@ class NonFiniteLossError(RuntimeError):
 class Interrupted(UserError):
     """SIGINT / SIGTERM stopped the run at a safe point; exit 130 (SIGINT) or 143 (SIGTERM)."""
 
+    prefix = ""
+
     def __init__(self, message: str, signum: int):
         super().__init__(message)
         self.exit_code = 128 + signum
@@ -555,7 +557,7 @@ class Trainer:
             if self._stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self._stop_signal = signum
-            print(f"\n{signal.Signals(signum).name}: stopping after the current step ...", file=sys.stderr)
+            print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, handler)
@@ -572,7 +574,9 @@ class Trainer:
 
     def _interrupted(self, signum: int) -> Interrupted:
         last = latest_checkpoint(self.run_dir)
-        argv = " ".join(sys.argv[1:]) if sys.argv and "hadw" in " ".join(sys.argv[:2]) else "train ..."
+        import shlex
+
+        argv = shlex.join(sys.argv[1:]) if sys.argv and "hadw" in sys.argv[0] else "train ..."
         command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
         where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
         return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
