@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hadw.errors import UserError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -23,6 +25,6 @@ class Problem:
     uid: str
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset file, row or option that cannot be turned into Problems. The message names the
     file, the line (JSONL, 1-based) or row (parquet / HF, 0-based), and the field or allowed values."""

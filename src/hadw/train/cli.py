@@ -24,35 +24,38 @@ def train(
     show_config: Annotated[
         bool, typer.Option("--show-config", help="print the resolved config with each field's doc, then exit")
     ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="move a run already in output_dir aside (to <dir>.old-N) and start anew")
+    ] = False,
+    accept_changes: Annotated[
+        bool,
+        typer.Option("--accept-changes", help="with --resume: apply settings that differ from the saved run's"),
+    ] = False,
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
-    from hadw.data import DatasetError
-    from hadw.train.config import ConfigError, load_config
+    from hadw.train.config import load_config
     from hadw.train.trainer import NonFiniteLossError, Trainer
 
     _quiet_transformers()
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
-    try:
-        cfg = load_config(config, overrides)
-    except ConfigError as err:
-        typer.secho(f"config error: {err}", fg="red", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_config(config, overrides)  # errors: one line, exit 2 (hadw.cli.handle_user_errors)
     if show_config:
         from hadw.train.config_docs import show_config as render
 
         typer.echo(render(cfg), nl=False)
         return
     try:
-        result = Trainer(cfg, resume=resume).train()
-    except DatasetError as err:
-        typer.secho(f"data error: {err}", fg="red", err=True)
-        raise typer.Exit(2) from None
+        trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
+        result = trainer.train()
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
-    typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+    if result.final_eval and "all" in result.final_eval:
+        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+    else:
+        typer.echo(f"done: {result.run_dir} (no evaluation prompts: data.eval_size=0 or too few rows)")
 
 
 def sft(

@@ -19,9 +19,10 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
+from hadw.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value or key is invalid; the message names the key and what is allowed."""
 
 
@@ -64,7 +65,10 @@ class DataConfig:
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
-    eval_size: int = 200  # evaluation prompts per periodic evaluation
+    eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = no evaluation)
+    # Longest prompt (in tokens) a file row may have; longer rows are skipped and counted, so one huge
+    # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens.
+    max_prompt_tokens: int = 0
 
 
 @dataclass
@@ -73,7 +77,7 @@ class RewardConfig:
     functions: list[str] = field(default_factory=lambda: ["exact"])
     weights: list[float] | None = None  # None = all 1.0
     correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
-    timeout_s: float = 5.0  # per-item verification timeout; a hang scores 0 and is counted
+    timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
 
 
 @dataclass
@@ -184,7 +188,7 @@ class LoggingConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 0  # steps between checkpoints (0 = only at the end)
-    keep_last: int = 2  # older checkpoints are deleted
+    keep_last: int = 2  # older checkpoints are deleted; >= 1 (the latest is what --resume needs)
 
 
 @dataclass
@@ -244,12 +248,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     merged = OmegaConf.structured(Config)
     sources = []
     if path:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            sources.append(OmegaConf.load(path))
-        except yaml.YAMLError as err:
-            raise ConfigError(_yaml_error(str(path), err)) from None
+        sources.append(_load_yaml(Path(path)))
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
@@ -260,6 +259,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             source = OmegaConf.create()
             OmegaConf.update(source, key, value, force_add=True)
             sources.append(source)
+        except Exception as err:
+            raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
@@ -275,7 +276,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def _yaml_error(path: str, err: yaml.YAMLError) -> str:
     """One line: where the YAML broke and the usual cause (an unquoted value with {, }, : or #)."""
     mark = getattr(err, "problem_mark", None)
-    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     return (
         f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
@@ -295,6 +296,33 @@ def _check_template(template: str) -> None:
         ) from None
 
 
+def _load_yaml(path: Path):
+    """The YAML file as an OmegaConf mapping; every way it can be wrong is a one-line ConfigError."""
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; pass a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")  # a UTF-8 BOM is accepted
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#x})") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error(str(path), err)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (model:, data:, ...), got a {type(data).__name__}")
+    try:
+        return OmegaConf.create(data)
+    except Exception as err:  # e.g. non-string keys
+        raise ConfigError(f"{path}: {str(err).splitlines()[0]}") from None
+
+
 def _choice(key: str, value: Any, allowed) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
@@ -303,6 +331,11 @@ def _choice(key: str, value: Any, allowed) -> None:
 def _range(key: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
         raise ConfigError(f"{key}={value} is out of range; allowed: [{low}, {high}]")
+
+
+def _above(key: str, value: float, low: float) -> None:
+    if not value > low:
+        raise ConfigError(f"{key}={value} is not allowed; must be > {low:g}")
 
 
 def validate(cfg: Config) -> None:
@@ -338,8 +371,38 @@ def validate(cfg: Config) -> None:
     _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
     _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
     _range("hadw.window_k", cfg.hadw.window_k, 1, 1 << 20)
+    _above("optim.lr", cfg.optim.lr, 0.0)
     _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
     _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
+    _range("optim.weight_decay", cfg.optim.weight_decay, 0.0, 1e9)
+    _range("optim.warmup_steps", cfg.optim.warmup_steps, 0, 1 << 30)
+    if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
+        raise ConfigError(f"optim.betas={list(cfg.optim.betas)} is not allowed; allowed: two numbers in [0, 1)")
+    for key in ("clip_low", "clip_high"):
+        if getattr(a, key) is not None:
+            _range(f"algorithm.{key}", getattr(a, key), 0.0, 1e9)
+    _range("algorithm.kl_coef", a.kl_coef, 0.0, 1e9)
+    _range("algorithm.entropy_coef", a.entropy_coef, -1e9, 1e9)
+    _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
+    _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
+    _range("rollout.top_k", r.top_k, 0, 1 << 30)
+    _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
+    _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
+    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1e9)
+    _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
+    _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
+    _range("train.eval_every", t.eval_every, 0, 1 << 30)
+    _range("train.num_threads", t.num_threads, 0, 4096)
+    _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
+    _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
+    _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)
+    _range("data.max_prompt_tokens", cfg.data.max_prompt_tokens, 0, 1 << 30)
+    if cfg.data.limit is not None:
+        _range("data.limit", cfg.data.limit, 1, 1 << 40)
+    _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
+    _check_data(cfg.data)
+    if not cfg.train.output_dir.strip():
+        raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")
     _range("train.steps", t.steps, 0, 1 << 30)
     _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
     _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)
@@ -352,6 +415,34 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
     for i, name in enumerate(rw.functions):
         _choice(f"reward.functions[{i}]", name, _reward_names())
+
+
+def _check_data(data: DataConfig) -> None:
+    """Task names, levels and templates are known before any model is loaded."""
+    from hadw.data import LAYOUTS, TASKS, fill_template
+
+    for key in ("source", "eval_source"):
+        value = getattr(data, key)
+        if not value and key == "eval_source":
+            continue
+        if not value.strip():
+            raise ConfigError(f"data.{key} is empty; allowed: task:<name>, benchmark:<name>, or a file path")
+        if value.startswith("task:"):
+            name = value.split(":", 1)[1]
+            _choice(f"data.{key}", value, tuple(f"task:{t}" for t in TASKS))
+            if data.levels is not None:
+                allowed = TASKS[name].levels
+                bad = [level for level in data.levels if level not in allowed]
+                if bad or not data.levels:
+                    raise ConfigError(
+                        f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}"
+                    )
+    if data.layout != "auto":
+        _choice("data.layout", data.layout, ("auto", *LAYOUTS))
+    try:
+        fill_template("q", data.template)
+    except (ValueError, KeyError, IndexError) as err:
+        raise ConfigError(f"data.template={data.template!r}: {str(err).splitlines()[0]}") from None
 
 
 def _reward_names() -> tuple[str, ...]:
