@@ -38,21 +38,38 @@ class TinyModelConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = ""  # a local checkpoint directory (any HF causal LM); empty = build the tiny model
+    # A checkpoint folder (any HF causal LM) or a Hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded
+    # with a progress bar when online, read from the cache offline); empty = build the tiny model.
+    path: str = ""
     dtype: str = "float32"  # float32 | bfloat16; float32 keeps CPU runs bit-for-bit reproducible
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
+    trust_remote_code: bool = False  # run the model repository's own Python code; only for repos you trust
+
+
+@dataclass
+class FieldsConfig:
+    """Your dataset's field names (dotted paths into nested rows, e.g. "meta.difficulty"). Set prompt and
+    answer to map any JSONL / parquet / HF dataset; empty = use `data.layout`."""
+
+    prompt: str = ""  # the question text (the template adds the instruction)
+    answer: str = ""  # the gold answer: a string, a number, or a one-item list
+    level: str = ""  # optional difficulty level ("Level 3" -> 3); empty = none
+    uid: str = ""  # optional stable id; empty = the row's index
 
 
 @dataclass
 class DataConfig:
-    # "task:<name>" for a built-in task, "benchmark:<name>" for a file under data_dir, or a file path
-    # (JSONL, parquet, or a saved HF dataset directory).
+    # "task:<name>" for a built-in task, "benchmark:<name>" (the data folder's file, else the public Hub
+    # copy), "hf:ORG/NAME[:split]" for any Hub dataset, or a file path (JSONL, parquet, HF dataset folder).
     source: str = "task:addition"
     levels: list[int] | None = None  # built-in tasks: the levels to train on (None = all)
-    layout: str = "auto"  # file sources: field layout (see hadw.data.LAYOUTS)
-    data_dir: str = ""  # where benchmark files live; empty = $HADW_SHARED_DATA or ../shared/data
+    layout: str = "auto"  # file sources: a known layout (see hadw.data.LAYOUTS) when `fields` is unset
+    fields: FieldsConfig = field(default_factory=FieldsConfig)  # your field names (overrides `layout`)
+    # Where benchmark files live; empty = $HADW_SHARED_DATA, the repository's ../shared/data, then
+    # ~/.cache/hadw/data (never the current directory).
+    data_dir: str = ""
     template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source

@@ -117,7 +117,7 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
-        model, tokenizer = load_model(path, m.dtype, m.device)
+        model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model, tokenizer
