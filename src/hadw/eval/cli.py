@@ -57,7 +57,7 @@ def _parse_ints(text: str, what: str) -> list[int]:
 PromptFieldOption = typer.Option(None, "--prompt-field", help="Your data's question field (dotted path: a.b).")
 AnswerFieldOption = typer.Option(None, "--answer-field", help="Your data's gold-answer field (dotted path).")
 LevelFieldOption = typer.Option(None, "--level-field", help="Your data's difficulty-level field (optional).")
-TrustOption = typer.Option(False, "--trust-remote-code", help="Run the model repository's own code (only if you trust it).")
+TrustOption = typer.Option(False, "--trust-remote-code", help="Run the model repository's own code (if you trust it).")
 
 
 def _load_sources(
