@@ -43,7 +43,7 @@ HUB_BENCHMARKS: dict[str, HubDataset] = {
 
 
 def parse_hub_spec(spec: str) -> tuple[str, str | None, str]:
-    """"hf:ORG/NAME[:split]" or "hf:ORG/NAME:config:split" -> (repo, config, split); split defaults to train."""
+    """hf:ORG/NAME[:SPLIT] or hf:ORG/NAME:CONFIG:SPLIT -> (repo, config, split); the split defaults to train."""
     parts = spec.removeprefix("hf:").split(":")
     if not parts[0] or "/" not in parts[0] or len(parts) > 3:
         raise DatasetError(f"{spec!r}: expected hf:ORG/NAME, hf:ORG/NAME:SPLIT or hf:ORG/NAME:CONFIG:SPLIT")

@@ -74,7 +74,10 @@ def resolve_model_path(path_or_id: str | Path) -> Path:
     if path.exists() or not _HUB_ID.fullmatch(name) or name.count("/") > 1:
         raise FileNotFoundError(f"load_model: {name} is neither a model folder nor a Hub id (ORG/NAME)")
     from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.utils import enable_progress_bars
 
+    if not constants.HF_HUB_DISABLE_PROGRESS_BARS:  # the CLI quiets transformers' bars, not this download's
+        enable_progress_bars("huggingface_hub")
     try:
         return Path(snapshot_download(name, allow_patterns=_HUB_FILES))
     except Exception as e:

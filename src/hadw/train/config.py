@@ -79,11 +79,16 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    # Weighted reward functions by name (see hadw.rewards); the total reward drives the advantages.
+    # Weighted reward functions: registered names (math, math_any, exact, format; see hadw.rewards) or
+    # import paths "my_pkg.rewards:accuracy" with TRL's signature f(prompts, completions, **columns).
+    # The total reward drives the advantages.
     functions: list[str] = field(default_factory=lambda: ["exact"])
     weights: list[float] | None = None  # None = all 1.0
     correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
     timeout_s: float = 5.0  # per-item verification timeout; a hang scores 0 and is counted
+    # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
+    # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
+    isolated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -308,14 +313,24 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")
     if rw.correctness not in rw.functions:
         raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
+    for name in rw.isolated:
+        if name not in rw.functions:
+            raise ConfigError(f"reward.isolated: {name!r} must be one of reward.functions {rw.functions}")
     for i, name in enumerate(rw.functions):
-        _choice(f"reward.functions[{i}]", name, _reward_names())
+        _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
 
 
-def _reward_names() -> tuple[str, ...]:
-    from hadw.rewards import REWARDS
+def _check_reward(key: str, name: str, isolated: bool) -> None:
+    """A registered name, or an import path that imports (the user's module is imported now)."""
+    from hadw.rewards import REWARDS, is_import_path, resolve_reward
 
-    return tuple(REWARDS)
+    if not is_import_path(name):
+        _choice(key, name, (*REWARDS, "or an import path module:function"))
+        return
+    try:
+        resolve_reward(name, isolated)
+    except ValueError as err:
+        raise ConfigError(f"{key}={name!r}: {err}") from None
 
 
 def config_to_yaml(cfg: Config) -> str:

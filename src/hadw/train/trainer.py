@@ -22,7 +22,7 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.eval.evaluate import evaluate
-from hadw.rewards import RewardSpec, score
+from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model, make_engine
 from hadw.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from hadw.train.config import Config, config_to_yaml
@@ -67,7 +67,7 @@ class Trainer:
         self.source = PromptSource(cfg.data, cfg.train.seed)
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
-            RewardSpec(name, w)
+            RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
             for name, w in zip(
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
@@ -151,12 +151,14 @@ class Trainer:
         self.model.eval()
         batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
-        answers = [problems[i].answer for i in batch.prompt_index.tolist()]
+        rows = [problems[i] for i in batch.prompt_index.tolist()]
+        answers = [p.answer for p in rows]
+        prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
+        rw = cfg.reward
         rewards = score(
-            batch.response_texts, answers, self.reward_specs, self.cfg.reward.correctness, self.cfg.reward.timeout_s
+            batch.response_texts, answers, self.reward_specs, rw.correctness, rw.timeout_s, prompts, columns
         )
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
-        rows = [problems[i] for i in batch.prompt_index.tolist()]
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
 
     def collect(self, step: int) -> tuple[Rollout, int]:
