@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "hadw.theory.cli",
     "hadw.eval.cli",
     "hadw.train.cli",
+    "hadw.data.cli",
 ]
 
 

@@ -52,7 +52,8 @@ def default_data_dirs() -> list[Path]:
     beside_checkout = Path(__file__).resolve().parents[4] / "shared" / "data"  # <repo>/src/hadw/data/here
     if beside_checkout.is_dir():
         dirs.append(beside_checkout)
-    return [*dirs, user_data_dir()]
+    dirs.append(user_data_dir())
+    return list(dict.fromkeys(d.resolve() for d in dirs))  # HADW_SHARED_DATA often is the checkout's folder
 
 
 def default_data_dir() -> Path:
