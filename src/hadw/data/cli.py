@@ -22,7 +22,8 @@ def list_cmd(
     for name in BENCHMARKS:
         found = find_benchmark(name, data_dir)
         hub = HUB_BENCHMARKS[name]
-        where = str(found[0]) if found else "not here: the Hub, " + hub.repo + (f" ({hub.config})" if hub.config else "")
+        hub_name = hub.repo + (f" ({hub.config})" if hub.config else "")
+        where = str(found[0]) if found else f"not here: the Hub, {hub_name}"
         typer.echo(f"  {name:14s} {where}")
 
 

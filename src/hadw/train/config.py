@@ -9,7 +9,7 @@ left at None with the paper's Table 8 values; `hadw.enabled` switches HA-DW on.
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +213,19 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(_serialisable(self))
+
+
+def _serialisable(cfg: Config) -> Config:
+    """cfg with a FieldMap set from Python in `data.layout` written as its field names (data.fields.*), so
+    the run's config.yaml and metrics can hold it; its conversion functions are code and are not saved."""
+    from hadw.data import FieldMap
+
+    fm = cfg.data.layout
+    if not isinstance(fm, FieldMap):
+        return cfg
+    names = FieldsConfig(fm.question, fm.answer, fm.level or "", fm.uid or "")
+    return replace(cfg, data=replace(cfg.data, layout="auto", fields=names))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -292,6 +304,7 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
+    _check_data_fields(cfg.data)
     _choice("rollout.engine", r.engine, ("hf", "vllm"))
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
@@ -320,6 +333,22 @@ def validate(cfg: Config) -> None:
         _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
 
 
+def _check_data_fields(data: DataConfig) -> None:
+    """data.layout: "auto", a known layout or (from Python) a FieldMap; data.fields: prompt and answer together."""
+    from hadw.data import LAYOUTS, DatasetError, FieldMap, make_fields
+
+    if isinstance(data.layout, FieldMap):
+        if data.fields.prompt or data.fields.answer:
+            raise ConfigError("data.layout is a FieldMap and data.fields is set too; give one of them")
+        return
+    _choice("data.layout", data.layout, ("auto", *LAYOUTS))
+    f = data.fields
+    try:
+        make_fields(data.layout, f.prompt, f.answer, f.level, f.uid)
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _check_reward(key: str, name: str, isolated: bool) -> None:
     """A registered name, or an import path that imports (the user's module is imported now)."""
     from hadw.rewards import REWARDS, is_import_path, resolve_reward
@@ -334,4 +363,4 @@ def _check_reward(key: str, name: str, isolated: bool) -> None:
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    return OmegaConf.to_yaml(OmegaConf.structured(_serialisable(cfg)))

@@ -16,8 +16,10 @@ from hadw.train.config import DataConfig
 
 
 def data_fields(data: DataConfig) -> str | FieldMap:
-    """`data.fields` as a FieldMap when set, else `data.layout`."""
+    """`data.fields` as a FieldMap when set, else `data.layout` (a layout name, or a FieldMap set from Python)."""
     f = data.fields
+    if isinstance(data.layout, FieldMap):
+        return data.layout
     return make_fields(data.layout, f.prompt, f.answer, f.level, f.uid)
 
 
