@@ -106,16 +106,19 @@ def iter_rows(path: str | Path, split: str | None = None) -> Iterator[tuple[str,
 
 
 def _resolve_layout(path: Path, layout: str | FieldMap, first_row: Mapping[str, Any]) -> tuple[FieldMap, str]:
-    """(field map, source name). "auto" trusts a benchmark folder name first, then the row's keys."""
+    """(field map, source name). "auto" trusts a benchmark folder name first, then the row's keys. The
+    source is named after the benchmark folder, else the file (a detected layout names only the fields:
+    my_quiz.jsonl with problem/answer fields is "my_quiz", not "aime25")."""
+    own_name = path.stem if path.is_file() else path.name
     if isinstance(layout, FieldMap):
-        return layout, path.stem
+        return layout, own_name
     if layout == "auto":
         folder = path.parent.name if path.is_file() else path.name
-        if folder in BENCHMARKS:
+        if folder in BENCHMARKS and path.name == Path(BENCHMARKS[folder]).name:
             return get_layout(BENCHMARK_LAYOUTS[folder]).fields, folder
         found: Layout = detect_layout(first_row)
-        return found.fields, found.name
-    return get_layout(layout).fields, layout
+        return found.fields, own_name
+    return get_layout(layout).fields, own_name
 
 
 def load_dataset_file(

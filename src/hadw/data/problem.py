@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from hadw.errors import UserError
 
@@ -16,6 +18,8 @@ class Problem:
     level:    difficulty level where the source has one (MATH: 1-5, built-in tasks: 1-5), else None.
     source:   where it came from: a task name ("addition") or a dataset name ("math500").
     uid:      stable id, unique within a run: "math500:test/precalculus/807.json", "addition:L2:0:17".
+    row:      the raw dataset row it was read from (None for built-in tasks); reward functions with TRL's
+              signature receive its columns as keyword arguments. Not part of equality.
     """
 
     question: str
@@ -23,6 +27,7 @@ class Problem:
     level: int | str | None
     source: str
     uid: str
+    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 class DatasetError(UserError, ValueError):

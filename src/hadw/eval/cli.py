@@ -25,9 +25,14 @@ DataOption = typer.Option(
     "--data",
     "-d",
     help="task:<name> (addition, linear), benchmark:<name> (math500, aime25, amc23, minerva_math, "
-    "olympiadbench, gsm8k) or a JSONL/parquet file or HF dataset folder. Repeat for several.",
+    "olympiadbench, gsm8k), hf:ORG/NAME[:split], or a JSONL/parquet file or HF dataset folder. Repeat for several.",
 )
-DataDirOption = typer.Option(None, "--data-dir", help="Benchmark folder (default $HADW_SHARED_DATA or ../shared/data).")
+DataDirOption = typer.Option(
+    None,
+    "--data-dir",
+    help="Benchmark folder (default: $HADW_SHARED_DATA, the repository's ../shared/data, ~/.cache/hadw/data; "
+    "else the Hub).",
+)
 ChatOption = typer.Option("auto", "--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
 JsonOption = typer.Option(None, "--json", help="Write the results as JSON to this file ('-' = stdout).")
 
@@ -50,8 +55,18 @@ def _parse_ints(text: str, what: str) -> list[int]:
     return out
 
 
-def _load_sources(data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed):
-    """The --data sources, with --levels parsed; bad input becomes a usage error naming the option."""
+PromptFieldOption = typer.Option(None, "--prompt-field", help="Your data's question field (dotted path: a.b).")
+AnswerFieldOption = typer.Option(None, "--answer-field", help="Your data's gold-answer field (dotted path).")
+LevelFieldOption = typer.Option(None, "--level-field", help="Your data's difficulty-level field (optional).")
+TrustOption = typer.Option(False, "--trust-remote-code", help="Run the model repository's own code (if you trust it).")
+
+
+def _load_sources(
+    data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed, field_names=(None, None, None)
+):
+    """The --data sources, with --levels and the --*-field names parsed; bad input becomes a usage error
+    naming the option."""
+    from hadw.data import make_fields
     from hadw.eval.data import load_source
 
     levels = _parse_ints(levels, "'--levels'") if levels else None
@@ -63,11 +78,22 @@ def _load_sources(data, data_dir, limit, levels: str | None, template, reward, m
         except (ValueError, KeyError, IndexError) as err:
             message = f"{template!r} is not a template name nor a format string with {{question}}: {err}"
             raise typer.BadParameter(message, param_hint="'--template'") from None
-
+    try:
+        fields = make_fields("auto", *field_names)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
     try:
         return [
             load_source(
-                spec, data_dir, limit, levels, seed, template=template, reward=reward, max_new_tokens=max_new_tokens
+                spec,
+                data_dir,
+                limit,
+                levels,
+                seed,
+                fields=fields,
+                template=template,
+                reward=reward,
+                max_new_tokens=max_new_tokens,
             )
             for spec in data
         ]
@@ -75,11 +101,11 @@ def _load_sources(data, data_dir, limit, levels: str | None, template, reward, m
         raise typer.BadParameter(str(err), param_hint="'--data'") from None
 
 
-def _load_model(model: Path, dtype: str, device: str):
+def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
     from hadw.rollout import load_model
 
     try:
-        return load_model(model, dtype, device)
+        return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
     except (FileNotFoundError, ValueError, OSError) as err:
         raise typer.BadParameter(str(err), param_hint="'MODEL'") from None
 
@@ -100,9 +126,13 @@ def _bar(total: int, desc: str):
 
 
 def eval_cmd(
-    model: Path = typer.Argument(..., help="A local model folder (any HF causal LM, or a run's final_model/)."),
+    model: str = typer.Argument(..., help="A model folder (any HF causal LM, a run's final_model/) or a Hub id."),
     data: list[str] = DataOption,
     data_dir: str = DataDirOption,
+    prompt_field: str = PromptFieldOption,
+    answer_field: str = AnswerFieldOption,
+    level_field: str = LevelFieldOption,
+    trust_remote_code: bool = TrustOption,
     k: int = typer.Option(1, "--k", "-k", help="Samples per problem for avg@k and pass@k (1 = greedy only)."),
     temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of the k samples."),
     top_p: float = typer.Option(1.0, "--top-p"),
@@ -135,8 +165,9 @@ def eval_cmd(
     pass_ks = _parse_ints(pass_k, "'--pass-k'")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
-    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed)
-    lm, tokenizer = _load_model(model, dtype, device)
+    fields = (prompt_field, answer_field, level_field)
+    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval") if progress else None
     try:
@@ -177,9 +208,13 @@ def eval_cmd(
 
 
 def probe_cmd(
-    model: Path = typer.Argument(..., help="A local model folder."),
+    model: str = typer.Argument(..., help="A model folder or a Hub id."),
     data: list[str] = DataOption,
     data_dir: str = DataDirOption,
+    prompt_field: str = PromptFieldOption,
+    answer_field: str = AnswerFieldOption,
+    level_field: str = LevelFieldOption,
+    trust_remote_code: bool = TrustOption,
     group_size: int = typer.Option(8, "--group-size", "-G", help="G: the small group GRPO uses."),
     reference: int = typer.Option(128, "--reference", "-N", help="N: samples whose success rate stands in for p."),
     groups: int = typer.Option(1, "--groups", help="Independent groups of G per prompt (more = tighter estimates)."),
@@ -208,8 +243,9 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected comma-separated numbers", param_hint="'--edges'") from None
     if group_size < 2 or reference < 1 or groups < 1:
         raise typer.BadParameter("need --group-size >= 2, --reference >= 1, --groups >= 1")
-    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed)
-    lm, tokenizer = _load_model(model, dtype, device)
+    fields = (prompt_field, answer_field, level_field)
+    sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")
     parts, problems = [], []

@@ -9,7 +9,7 @@ left at None with the paper's Table 8 values; `hadw.enabled` switches HA-DW on.
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ class TinyModelConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = ""  # a local checkpoint directory (any HF causal LM); empty = build the tiny model
+    # A checkpoint folder (any HF causal LM) or a Hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded
+    # with a progress bar when online, read from the cache offline); empty = build the tiny model.
+    path: str = ""
     # Storage dtype of the trained weights, gradients and AdamW state. Only float32: AdamW steps of
     # lr ~1e-6 are below bfloat16's resolution, so bf16 weights would barely move (issue 10).
     dtype: str = "float32"
@@ -51,16 +53,31 @@ class ModelConfig:
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
+    trust_remote_code: bool = False  # run the model repository's own Python code; only for repos you trust
+
+
+@dataclass
+class FieldsConfig:
+    """Your dataset's field names (dotted paths into nested rows, e.g. "meta.difficulty"). Set prompt and
+    answer to map any JSONL / parquet / HF dataset; empty = use `data.layout`."""
+
+    prompt: str = ""  # the question text (the template adds the instruction)
+    answer: str = ""  # the gold answer: a string, a number, or a one-item list
+    level: str = ""  # optional difficulty level ("Level 3" -> 3); empty = none
+    uid: str = ""  # optional stable id; empty = the row's index
 
 
 @dataclass
 class DataConfig:
-    # "task:<name>" for a built-in task, "benchmark:<name>" for a file under data_dir, or a file path
-    # (JSONL, parquet, or a saved HF dataset directory).
+    # "task:<name>" for a built-in task, "benchmark:<name>" (the data folder's file, else the public Hub
+    # copy), "hf:ORG/NAME[:split]" for any Hub dataset, or a file path (JSONL, parquet, HF dataset folder).
     source: str = "task:addition"
     levels: list[int] | None = None  # built-in tasks: the levels to train on (None = all)
-    layout: str = "auto"  # file sources: field layout (see hadw.data.LAYOUTS)
-    data_dir: str = ""  # where benchmark files live; empty = $HADW_SHARED_DATA or ../shared/data
+    layout: str = "auto"  # file sources: a known layout (see hadw.data.LAYOUTS) when `fields` is unset
+    fields: FieldsConfig = field(default_factory=FieldsConfig)  # your field names (overrides `layout`)
+    # Where benchmark files live; empty = $HADW_SHARED_DATA, the repository's ../shared/data, then
+    # ~/.cache/hadw/data (never the current directory).
+    data_dir: str = ""
     template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
@@ -73,11 +90,16 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    # Weighted reward functions by name (see hadw.rewards); the total reward drives the advantages.
+    # Weighted reward functions: registered names (math, math_any, exact, format; see hadw.rewards) or
+    # import paths "my_pkg.rewards:accuracy" with TRL's signature f(prompts, completions, **columns).
+    # The total reward drives the advantages.
     functions: list[str] = field(default_factory=lambda: ["exact"])
     weights: list[float] | None = None  # None = all 1.0
     correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
     timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
+    # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
+    # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
+    isolated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -205,7 +227,19 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(_serialisable(self))
+
+
+def _serialisable(cfg: Config) -> Config:
+    """cfg with a FieldMap set from Python in `data.layout` written as its field names (data.fields.*), so
+    the run's config.yaml and metrics can hold it; its conversion functions are code and are not saved."""
+    from hadw.data import FieldMap
+
+    fm = cfg.data.layout
+    if not isinstance(fm, FieldMap):
+        return cfg
+    names = FieldsConfig(fm.question, fm.answer, fm.level or "", fm.uid or "")
+    return replace(cfg, data=replace(cfg.data, layout="auto", fields=names))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -362,6 +396,7 @@ def validate(cfg: Config) -> None:
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
     _check_template(cfg.data.template)
+    _check_data_fields(cfg.data)
     _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
@@ -413,13 +448,17 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")
     if rw.correctness not in rw.functions:
         raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
+    for name in rw.isolated:
+        if name not in rw.functions:
+            raise ConfigError(f"reward.isolated: {name!r} must be one of reward.functions {rw.functions}")
     for i, name in enumerate(rw.functions):
-        _choice(f"reward.functions[{i}]", name, _reward_names())
+        _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
 
 
 def _check_data(data: DataConfig) -> None:
-    """Task names, levels and templates are known before any model is loaded."""
-    from hadw.data import LAYOUTS, TASKS, fill_template
+    """Task names and levels are known before any model is loaded (templates: _check_template; layout and
+    fields: _check_data_fields)."""
+    from hadw.data import TASKS
 
     for key in ("source", "eval_source"):
         value = getattr(data, key)
@@ -437,19 +476,36 @@ def _check_data(data: DataConfig) -> None:
                     raise ConfigError(
                         f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}"
                     )
-    if data.layout != "auto":
-        _choice("data.layout", data.layout, ("auto", *LAYOUTS))
+
+
+def _check_data_fields(data: DataConfig) -> None:
+    """data.layout: "auto", a known layout or (from Python) a FieldMap; data.fields: prompt and answer together."""
+    from hadw.data import LAYOUTS, DatasetError, FieldMap, make_fields
+
+    if isinstance(data.layout, FieldMap):
+        if data.fields.prompt or data.fields.answer:
+            raise ConfigError("data.layout is a FieldMap and data.fields is set too; give one of them")
+        return
+    _choice("data.layout", data.layout, ("auto", *LAYOUTS))
+    f = data.fields
     try:
-        fill_template("q", data.template)
-    except (ValueError, KeyError, IndexError) as err:
-        raise ConfigError(f"data.template={data.template!r}: {str(err).splitlines()[0]}") from None
+        make_fields(data.layout, f.prompt, f.answer, f.level, f.uid)
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
 
 
-def _reward_names() -> tuple[str, ...]:
-    from hadw.rewards import REWARDS
+def _check_reward(key: str, name: str, isolated: bool) -> None:
+    """A registered name, or an import path that imports (the user's module is imported now)."""
+    from hadw.rewards import REWARDS, is_import_path, resolve_reward
 
-    return tuple(REWARDS)
+    if not is_import_path(name):
+        _choice(key, name, (*REWARDS, "or an import path module:function"))
+        return
+    try:
+        resolve_reward(name, isolated)
+    except ValueError as err:
+        raise ConfigError(f"{key}={name!r}: {err}") from None
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    return OmegaConf.to_yaml(OmegaConf.structured(_serialisable(cfg)))

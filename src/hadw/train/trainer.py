@@ -31,7 +31,7 @@ from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.rewards import RewardSpec, score
+from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
@@ -160,7 +160,7 @@ class Trainer:
         self.no_signal_warning: str | None = None
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
-            RewardSpec(name, w)
+            RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
             for name, w in zip(
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
@@ -303,8 +303,10 @@ class Trainer:
                 seed=self.cfg.train.seed,
             )
         try:
-            model, tokenizer = load_model(path, m.dtype, m.device)
+            model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
         except (OSError, ValueError) as err:
+            if isinstance(err, UserError):  # e.g. offline and not cached: already one clear line
+                raise
             line = " ".join(str(err).split())[:300]
             raise ConfigError(f"model.path={path}: cannot load the model: {line}") from None
         if m.gradient_checkpointing:
@@ -348,12 +350,14 @@ class Trainer:
         with self.autocast():
             batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
-        answers = [problems[i].answer for i in batch.prompt_index.tolist()]
+        rows = [problems[i] for i in batch.prompt_index.tolist()]
+        answers = [p.answer for p in rows]
+        prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
+        rw = cfg.reward
         rewards = score(
-            batch.response_texts, answers, self.reward_specs, self.cfg.reward.correctness, self.cfg.reward.timeout_s
+            batch.response_texts, answers, self.reward_specs, rw.correctness, rw.timeout_s, prompts, columns
         )
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
-        rows = [problems[i] for i in batch.prompt_index.tolist()]
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
 
     def collect(self, step: int) -> tuple[Rollout, int]:
