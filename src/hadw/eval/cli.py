@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from hadw.cli_lists import parse_ints
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
     completion_notes,
@@ -43,18 +44,6 @@ def _chat(value: str):
     return {"auto": "auto", "always": True, "never": False}[value]
 
 
-def _parse_ints(text: str, what: str) -> list[int]:
-    """ "0,1,2" or "0-4" (inclusive) or a mix: "0-2,7"."""
-    out: list[int] = []
-    try:
-        for token in filter(None, text.replace(" ", "").split(",")):
-            lo, sep, hi = token.partition("-")
-            out += list(range(int(lo), int(hi) + 1)) if sep and lo else [int(token)]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: expected integers like 0,1,2 or 0-4", param_hint=what) from None
-    return out
-
-
 PromptFieldOption = typer.Option(None, "--prompt-field", help="Your data's question field (dotted path: a.b).")
 AnswerFieldOption = typer.Option(None, "--answer-field", help="Your data's gold-answer field (dotted path).")
 LevelFieldOption = typer.Option(None, "--level-field", help="Your data's difficulty-level field (optional).")
@@ -69,7 +58,7 @@ def _load_sources(
     from hadw.data import make_fields
     from hadw.eval.data import load_source
 
-    levels = _parse_ints(levels, "'--levels'") if levels else None
+    levels = parse_ints(levels, "--levels") if levels else None
     if template != "auto":
         from hadw.data.templates import fill_template
 
@@ -133,9 +122,11 @@ def eval_cmd(
     answer_field: str = AnswerFieldOption,
     level_field: str = LevelFieldOption,
     trust_remote_code: bool = TrustOption,
-    k: int = typer.Option(1, "--k", "-k", help="Samples per problem for avg@k and pass@k (1 = greedy only)."),
+    k: int = typer.Option(
+        1, "--num-samples", "-k", help="k: samples per problem for avg@k and pass@k (1 = greedy only)."
+    ),
     temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of the k samples."),
-    top_p: float = typer.Option(1.0, "--top-p"),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
     pass_k: str = typer.Option("1", "--pass-k", help="Comma-separated j for unbiased pass@j (j <= k)."),
     limit: int = typer.Option(None, "--limit", help="First N problems per source (tasks: N items, default 200)."),
     levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
@@ -145,8 +136,8 @@ def eval_cmd(
     batch_size: int = typer.Option(64, "--batch-size", help="Problems per generation batch."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
     chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
     json_path: str = JsonOption,
     markdown: Path = typer.Option(None, "--markdown", "--md", help="Write the table as markdown to this file."),
     samples: Path = typer.Option(
@@ -155,14 +146,14 @@ def eval_cmd(
         help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
         "tokens) to this file, to see why a score is what it is.",
     ),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar per problem."),
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
     from hadw.eval.evaluate import evaluate_sources
 
     if k < 1:
-        raise typer.BadParameter("must be >= 1", param_hint="'--k'")
-    pass_ks = _parse_ints(pass_k, "'--pass-k'")
+        raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
+    pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     fields = (prompt_field, answer_field, level_field)
@@ -220,16 +211,16 @@ def probe_cmd(
     groups: int = typer.Option(1, "--groups", help="Independent groups of G per prompt (more = tighter estimates)."),
     limit: int = typer.Option(64, "--limit", help="Prompts per source."),
     levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
-    temperature: float = typer.Option(1.0, "--temperature", "-t"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    template: str = typer.Option("auto", "--template"),
-    reward: str = typer.Option("auto", "--reward"),
+    temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of every sample."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
+    template: str = typer.Option("auto", "--template", help="Prompt template (auto: plain for tasks, paper else)."),
+    reward: str = typer.Option("auto", "--reward", help="Verifier (auto: exact for tasks, math else)."),
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Default: 16 for tasks, 2048 else."),
     edges: str = typer.Option("0,0.125,0.25,0.5,0.75,0.875,1", "--edges", help="p_ref bucket edges."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
     chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
     png: Path = typer.Option(Path("probe.png"), "--png", help="Figure path."),
     json_path: str = JsonOption,
 ) -> None:

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from hadw.eval.cli import JsonOption, _bar, _parse_ints, _write_json
+from hadw.cli_lists import parse_ints
+from hadw.eval.cli import JsonOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
 
@@ -34,7 +35,7 @@ def compare_cmd(
     metric: list[str] = typer.Option(["avg@k"], "--metric", help="Final eval metric name(s) to compare."),
     curve_metric: list[str] = typer.Option(["reward/accuracy"], "--curve", help="Per-step metric(s) to plot."),
     smooth: int = typer.Option(5, "--smooth", help="Moving average window of the learning curves."),
-    confidence: float = typer.Option(0.95, "--confidence"),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals, in (0, 1)."),
     method: str = typer.Option("t", "--interval", help="t (Student t over seeds) | bootstrap (percentile)."),
     json_path: str = JsonOption,
 ) -> None:
@@ -46,7 +47,7 @@ def compare_cmd(
         raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
     if not 0 < confidence < 1:
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
-    seed_list = _parse_ints(seeds or "0,1,2,3,4", "'--seeds'")
+    seed_list = parse_ints(seeds or "0-4", "--seeds")
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
