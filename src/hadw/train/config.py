@@ -110,9 +110,9 @@ class RolloutConfig:
     # | always | never. TRL and verl always recompute with a vLLM rollout.
     recompute_logprobs: str = "auto"
     group_size: int = 8  # G responses per prompt; the paper uses 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
+    top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
+    top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 16  # paper: 4096 on real models; tiny tasks need a handful
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
 
@@ -176,10 +176,10 @@ class HADWConfig:
 @dataclass
 class OptimConfig:
     lr: float = 1e-6  # the paper's; tiny models need ~1e-4
-    weight_decay: float = 0.1
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay (paper: 0.1)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
     warmup_steps: int = 10  # optimiser steps of linear warm-up
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
 
 @dataclass
@@ -191,8 +191,8 @@ class TrainConfig:
     # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
     # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.
     micro_batch_size: int = 0
-    seed: int = 0
-    output_dir: str = "runs/default"
+    seed: int = 0  # seeds the model init, prompt order and sampling; a run is a function of its seed
+    output_dir: str = "runs/default"  # the run folder (refused when it holds another run; see --resume/--overwrite)
     eval_every: int = 0  # steps between evaluations (0 = only at the end)
     num_threads: int = 0  # torch CPU threads (0 = torch's default); 1 per process when runs share cores
 
@@ -200,11 +200,11 @@ class TrainConfig:
 @dataclass
 class LoggingConfig:
     progress: bool = True  # a progress bar with live reward / accuracy
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "hadw"
+    tensorboard: bool = False  # also write the metrics to <output_dir>/tensorboard (needs the tensorboard extra)
+    wandb: bool = False  # also log to Weights & Biases (needs wandb and a login); --resume continues the W&B run
+    wandb_project: str = "hadw"  # the W&B project of the run
     sample_every: int = 10  # log a few completions every N steps (0 = never)
-    num_samples: int = 4
+    num_samples: int = 4  # completions written to samples.jsonl each time
 
 
 @dataclass
