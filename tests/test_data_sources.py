@@ -12,7 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
-from hadw.data import DatasetError, FieldMap, Problem, default_data_dirs, download, load_problems, split_held_out
+from hadw.data import (
+    DatasetError,
+    FieldMap,
+    Problem,
+    default_data_dirs,
+    download,
+    load_problems,
+    make_fields,
+    split_held_out,
+)
 from hadw.data.sources import HUB_FILE
 from hadw.eval.data import load_source
 from hadw.rollout import build_tiny_model
@@ -185,3 +194,28 @@ def test_eval_and_probe_undetectable_file_suggest_the_field_options(tiny_model_d
         assert "--prompt-field/--answer-field" in flat(result.output) and "layout=" not in result.output
     result = CliRunner().invoke(build_app(), ["probe", str(tiny_model_dir), "-d", str(quiz), "--prompt-field", "query"])
     assert result.exit_code == 2 and "the answer field is not set" in flat(result.output)
+
+
+
+class _Report:
+    accuracy = 0.0
+
+    def level_accuracy(self):
+        return {}
+
+
+def test_sft_and_the_trainer_hold_out_the_same_problems(tiny_model_dir, quiz, monkeypatch):
+    import hadw.train.sft as sft
+    from hadw.rollout import load_model
+    from hadw.train.config import DataConfig
+
+    seen = []
+    monkeypatch.setattr(sft, "evaluate", lambda *a, **k: seen.append(([p.uid for p in a[2]], a[4])) or _Report())
+    model, tokenizer = load_model(tiny_model_dir)
+    sft.sft_warm_start(model, tokenizer, sft.SFTConfig(levels=[1, 2], max_steps=1, batch_size=2, eval_size=5, seed=4))
+    trainer_side = PromptSource(DataConfig(source="task:addition", levels=[1, 2], eval_size=5), seed=4)
+    assert seen[-1] == ([p.uid for p in trainer_side.eval_problems()], "exact")
+    fields = make_fields(prompt="query", answer="solution")
+    cfg = sft.SFTConfig(source=str(quiz), fields=fields, max_steps=1, batch_size=2, eval_size=1)
+    sft.sft_warm_start(model, tokenizer, cfg)
+    assert seen[-1] == (["quiz:0"], "math")  # a file's first row is its held-out row, scored by math

@@ -89,8 +89,10 @@ def test_config_accepts_import_paths_and_names_the_bad_key():
         load_config(None, ["reward.functions=[mod_xyz:f]", "reward.correctness=mod_xyz:f"])
     with pytest.raises(ConfigError, match=r"reward.functions\[0\]='mat' is not allowed; allowed values: .*math_any"):
         load_config(None, ["reward.functions=[mat]", "reward.correctness=mat"])
-    with pytest.raises(ConfigError, match=r"reward.isolated: 'x:y' must be one of reward.functions"):
+    with pytest.raises(ConfigError, match=r"reward.isolated: 'x:y' must be an import path \(module:function\) in"):
         load_config(None, ["reward.isolated=[x:y]"])
+    with pytest.raises(ConfigError, match=r"reward.isolated: 'exact' must be an import path"):
+        load_config(None, ["reward.isolated=[exact]"])  # a built-in's isolation is fixed
 
 
 @pytest.mark.parametrize(

@@ -104,14 +104,18 @@ def _import(spec: str) -> Any:
     return obj
 
 
-@functools.cache
 def resolve_reward(name: str, isolated: bool = False) -> RewardFn | TRLReward:
     """A registered reward by name, or one loaded from an import path "module:function" (module docstring).
     isolated: the import path is a per-item function to run in the verifier pool. Raises ValueError."""
     if not is_import_path(name):
         if isolated:
             raise ValueError(f"reward.isolated: {name!r} is not an import path (module:function)")
-        return get_reward(name)
+        return get_reward(name)  # not cached: register_reward may replace it
+    return _load(name, isolated)
+
+
+@functools.cache
+def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
     obj = _import(name)
     if isinstance(obj, RewardFunction):
         return replace(obj, name=name)

@@ -61,6 +61,11 @@ def train(
 def sft(
     out_dir: Annotated[Path, typer.Argument(help="where the warm-started model is saved")],
     task: Annotated[str, typer.Option(help="built-in task")] = "addition",
+    data: Annotated[
+        str | None, typer.Option("--data", help="instead of --task: benchmark:NAME, hf:ORG/NAME or a file")
+    ] = None,
+    prompt_field: Annotated[str | None, typer.Option(help="--data: the question field (dotted path)")] = None,
+    answer_field: Annotated[str | None, typer.Option(help="--data: the gold-answer field (dotted path)")] = None,
     levels: Annotated[str, typer.Option(help="comma-separated levels")] = "1,2,3",
     model: Annotated[Path | None, typer.Option(help="start from this model folder (default: a new tiny model)")] = None,
     target_accuracy: Annotated[float, typer.Option(help="stop at this greedy accuracy")] = 0.5,
@@ -80,8 +85,16 @@ def sft(
     torch.manual_seed(seed)
     start = model or build_tiny_model(out_dir / "random_init", seed=seed)
     net, tokenizer = load_model(start)
+    from hadw.data import DatasetError, make_fields
+
+    try:
+        fields = make_fields("auto", prompt_field, answer_field)
+    except DatasetError as err:
+        raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
     cfg = SFTConfig(
         task=task,
+        source=data or "",
+        fields=fields,
         levels=[int(x) for x in levels.split(",")],
         batch_size=batch_size,
         lr=lr,
@@ -90,7 +103,11 @@ def sft(
         max_seconds=max_seconds,
         seed=seed,
     )
-    result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e))
+    try:
+        result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e))
+    except DatasetError as err:
+        typer.secho(f"data error: {err}", fg="red", err=True)
+        raise typer.Exit(2) from None
     net.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     typer.echo(f"saved {out_dir}: {result.steps} steps, greedy accuracy {result.accuracy:.3f}")

@@ -449,8 +449,10 @@ def validate(cfg: Config) -> None:
     if rw.correctness not in rw.functions:
         raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
     for name in rw.isolated:
-        if name not in rw.functions:
-            raise ConfigError(f"reward.isolated: {name!r} must be one of reward.functions {rw.functions}")
+        if name not in rw.functions or ":" not in name:
+            raise ConfigError(
+                f"reward.isolated: {name!r} must be an import path (module:function) in reward.functions {rw.functions}"
+            )
     for i, name in enumerate(rw.functions):
         _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
 
