@@ -321,13 +321,15 @@ def _yaml_error(path: str, err: yaml.YAMLError) -> str:
 def _check_template(template: str) -> None:
     from hadw.data.templates import TEMPLATES, fill_template
 
+    if template in TEMPLATES:
+        return
+    what = f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string"
+    if "{question}" not in template:
+        raise ConfigError(f"{what} with {{question}}")
     try:
         fill_template("x", template)
     except (ValueError, KeyError, IndexError) as err:
-        raise ConfigError(
-            f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string "
-            f"with {{question}} ({type(err).__name__}: {err}); write literal braces as {{{{ }}}}"
-        ) from None
+        raise ConfigError(f"{what}: {type(err).__name__}: {err}; write literal braces as {{{{ }}}}") from None
 
 
 def _load_yaml(path: Path):
