@@ -99,6 +99,12 @@ class Trainer:
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
+        try:  # before the model: a bad data file fails in a second, not after loading a large model
+            self.source = PromptSource(cfg.data, cfg.train.seed)
+        except ValueError as err:
+            if isinstance(err, UserError):
+                raise
+            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         if model is None:
             model, tokenizer = self._load_model()
         self.model, self.tokenizer = model, tokenizer
@@ -106,12 +112,6 @@ class Trainer:
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         engine_options = {"max_batch_size": cfg.rollout.max_batch_size} if cfg.rollout.engine == "hf" else {}
         self.engine = make_engine(cfg.rollout.engine, model, tokenizer, **engine_options)
-        try:
-            self.source = PromptSource(cfg.data, cfg.train.seed)
-        except ValueError as err:
-            if isinstance(err, UserError):
-                raise
-            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         self._skip_long_prompts()
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
