@@ -216,7 +216,7 @@ def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_pa
         )
         for signum, (run, _) in runs.items()
     }
-    for signum, (run, code) in runs.items():
+    for signum, (run, _code) in runs.items():
         proc, deadline = procs[signum], time.monotonic() + 180
         while time.monotonic() < deadline and not ((run / "metrics.jsonl").is_file() and
                                                    (run / "metrics.jsonl").stat().st_size > 0):
