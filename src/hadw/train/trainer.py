@@ -138,6 +138,12 @@ class Trainer:
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
+        try:  # before the model: a bad data file fails in a second, not after loading a large model
+            self.source = PromptSource(cfg.data, cfg.train.seed)
+        except ValueError as err:
+            if isinstance(err, UserError):
+                raise
+            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         if model is None:
             model, tokenizer = self._load_model()
         _check_master_weights(model)
@@ -149,12 +155,6 @@ class Trainer:
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
         recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
         self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
-        try:
-            self.source = PromptSource(cfg.data, cfg.train.seed)
-        except ValueError as err:
-            if isinstance(err, UserError):
-                raise
-            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         self._skip_long_prompts()
         self._no_signal_streak, self._warned_no_signal = 0, False
         self.no_signal_warning: str | None = None
