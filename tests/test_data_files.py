@@ -71,10 +71,13 @@ def test_auto_layout_detects_each_benchmark_from_its_folder_or_keys(shared_data,
     for name, relative in BENCHMARKS.items():
         problems = load_dataset_file(shared_data / relative, limit=3)
         assert problems == load_benchmark(name, shared_data, limit=3)
-    # Outside a benchmark folder, the keys decide: a MATH500 row is detected as "math500".
+    # Outside a benchmark folder, the keys decide the fields (a MATH500 row has math500's), and the file
+    # names the source: a copy is labelled after its own name, never after the layout it resembles.
     row = json.loads((shared_data / "math500/test.jsonl").read_text().splitlines()[0])
     (tmp_path / "x.jsonl").write_text(json.dumps(row) + "\n")
-    assert load_dataset_file(tmp_path / "x.jsonl")[0].uid == "math500:test/precalculus/807.json"
+    assert load_dataset_file(tmp_path / "x.jsonl")[0].uid == "x:test/precalculus/807.json"
+    (tmp_path / "my_quiz.jsonl").write_text((shared_data / "aime25/test.jsonl").read_text())
+    assert {p.source for p in load_dataset_file(tmp_path / "my_quiz.jsonl")} == {"my_quiz"}
 
 
 def _write_jsonl(path, rows):
@@ -89,8 +92,8 @@ def test_math_layout_takes_the_last_boxed_and_parses_the_level(tmp_path):
     ])
     problems = load_dataset_file(path, layout="math")
     assert problems == [
-        Problem("Q1", "\\frac{1}{2}", 3, "math", "math:0"),
-        Problem("Q2", "5", "Level ?", "math", "math:1"),
+        Problem("Q1", "\\frac{1}{2}", 3, "train", "train:0"),  # the source is the file, not the layout
+        Problem("Q2", "5", "Level ?", "train", "train:1"),
     ]
 
 
@@ -160,7 +163,7 @@ def test_hf_datasets_save_to_disk_directory(tmp_path):
     data.save_to_disk(str(tmp_path / "ds"))
     with pytest.raises(DatasetError, match=r"holds splits \['train', 'test'\]; pass split="):
         load_dataset_file(tmp_path / "ds")
-    assert load_dataset_file(tmp_path / "ds", split="test") == [Problem("T", "-1", 5, "math", "math:0")]
+    assert load_dataset_file(tmp_path / "ds", split="test") == [Problem("T", "-1", 5, "ds", "ds:0")]
     data["train"].save_to_disk(str(tmp_path / "one"))
     assert load_dataset_file(tmp_path / "one", layout="math")[0].answer == "7"
 
@@ -169,7 +172,7 @@ def test_hf_local_dataset_folder_of_data_files(tmp_path):
     folder = tmp_path / "my_gsm"
     folder.mkdir()
     _write_jsonl(folder / "test.jsonl", [{"question": "q", "answer": "so #### 1,234"}])
-    assert load_dataset_file(folder) == [Problem("q", "1234", None, "gsm8k", "gsm8k:0")]
+    assert load_dataset_file(folder) == [Problem("q", "1234", None, "my_gsm", "my_gsm:0")]
 
 
 def test_last_boxed_handles_nesting_and_truncation():

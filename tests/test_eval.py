@@ -194,7 +194,7 @@ def test_eval_cli_on_tiny_model(tmp_path):
         "task:addition",
         "--limit",
         "6",
-        "--k",
+        "--num-samples",
         "3",
         "--pass-k",
         "1,3",
@@ -222,7 +222,7 @@ def test_eval_cli_on_tiny_model(tmp_path):
 
 def test_eval_cli_rejects_bad_pass_k_and_data(tmp_path):
     app = build_app()
-    result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "task:addition", "--k", "2", "--pass-k", "4"])
+    result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "task:addition", "-k", "2", "--pass-k", "4"])
     assert result.exit_code != 0 and "every j must satisfy 1 <= j <= k=2" in flat(result.output)
     result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "benchmark:nope"])
     assert result.exit_code != 0 and "unknown benchmark 'nope'" in flat(result.output)

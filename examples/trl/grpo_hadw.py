@@ -1,25 +1,25 @@
-"""GRPO / GSPO / DAPO + HA-DW with TRL on a built-in arithmetic task.
+"""GRPO / GSPO / DAPO + HA-DW with TRL, on any hadw source, scored by hadw's rewards.
 
 Runs offline on CPU with a tiny random model by default (a smoke test, it will not learn much):
     python examples/trl/grpo_hadw.py --steps 4
-A real model on GPUs (any local HF folder), GSPO preset, 8 processes:
-    accelerate launch --num_processes 8 examples/trl/grpo_hadw.py --model /models/Qwen3-4B-Base \
-        --algo gspo --template paper --batch 32 --completion 1024 --steps 500 --output runs/gspo-hadw
+A real model on GPUs (a local HF folder or a Hub id), GSPO preset, 8 processes, MATH training set:
+    accelerate launch --num_processes 8 examples/trl/grpo_hadw.py --model Qwen/Qwen3-4B-Base \
+        --data benchmark:math_train --algo gspo --template paper --batch 32 --completion 1024 --steps 500
+Your own data and field names (the reward defaults to `exact` for tasks, `math` otherwise):
+    python examples/trl/grpo_hadw.py --data my.jsonl --prompt-field query --answer-field solution --reward math_any
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
 
 import torch
 from datasets import Dataset
 
-from hadw.data.answers import extract_answer
-from hadw.data.tasks import sample_problems
-from hadw.data.templates import fill_template
+from hadw.data import fill_template, load_problems, make_fields
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
+from hadw.rewards import REWARDS, trl_reward
 
 # Paper Table 8 clip settings per base objective (method.md §3.3); no KL (beta=0) for all three.
 PRESETS = {
@@ -29,23 +29,14 @@ PRESETS = {
 }
 
 
-def accuracy(completions, answer, **kwargs) -> list[float]:
-    """1.0 when the completion's answer (last \\boxed{}, else its leading number) equals the gold answer."""
-    out = []
-    for text, gold in zip(completions, answer, strict=True):
-        got = extract_answer(text)
-        if got is None:
-            lead = re.match(r"\s*(-?\d+)", text)
-            got = lead.group(1) if lead else None
-        out.append(float(got is not None and got.strip() == gold.strip()))
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="local model folder (default: build a tiny random one)")
     p.add_argument("--algo", choices=sorted(PRESETS), default="grpo")
-    p.add_argument("--task", default="addition")
+    p.add_argument("--data", default="task:addition", help="task:NAME, benchmark:NAME, hf:ORG/NAME or a file")
+    p.add_argument("--prompt-field", default=None, help="your data's question field (dotted path)")
+    p.add_argument("--answer-field", default=None, help="your data's gold-answer field (dotted path)")
+    p.add_argument("--reward", choices=sorted(REWARDS), default=None, help="default: exact for tasks, else math")
     p.add_argument("--template", default="plain", help="plain (tiny models) or paper (\\boxed{} answers)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, default=16, help="completions per device per step")
@@ -63,10 +54,15 @@ def main() -> None:
         from hadw.rollout.models import build_tiny_model
 
         model = str(build_tiny_model(tempfile.mkdtemp(prefix="hadw-tiny-")))
-    problems = sample_problems(a.task, n=max(64, a.steps * a.batch), seed=0)
+    is_task = a.data.startswith("task:")
+    fields = make_fields("auto", a.prompt_field, a.answer_field)
+    problems = load_problems(a.data, fields, limit=max(64, a.steps * a.batch) if is_task else None)
     train = Dataset.from_dict(
         {"prompt": [fill_template(q.question, a.template) for q in problems], "answer": [q.answer for q in problems]}
     )
+    # hadw's verifier as a TRL reward function (it reads the `answer` column); isolated rewards keep
+    # their per-item timeout in hadw's verifier pool.
+    reward = trl_reward(a.reward or ("exact" if is_task else "math"))
     args = HADWGRPOConfig(
         output_dir=a.output or tempfile.mkdtemp(prefix="hadw-trl-"),
         max_steps=a.steps,
@@ -83,10 +79,10 @@ def main() -> None:
         hadw_enabled=not a.no_hadw,
         hadw_lambda=a.lam,
         hadw_anchor=a.anchor,
-        hadw_correctness_reward="accuracy",
+        hadw_correctness_reward=reward.__name__,
         **PRESETS[a.algo],
     )
-    HADWGRPOTrainer(model=model, reward_funcs=[accuracy], args=args, train_dataset=train).train()
+    HADWGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=train).train()
 
 
 if __name__ == "__main__":

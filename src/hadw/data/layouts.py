@@ -80,6 +80,15 @@ def _identity(value: Any) -> Any:
     return value
 
 
+def _any_answer(value: Any) -> str:
+    """A user's gold-answer field: a string, a number (27.0 -> "27") or a list holding one of those."""
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, str):
+        return value
+    return _number_answer(value)
+
+
 @dataclass(frozen=True)
 class FieldMap:
     """Where the Problem fields live in a row, and how to convert them.
@@ -181,8 +190,9 @@ def detect_layout(row: Mapping[str, Any]) -> Layout:
         if layout.detect <= row.keys():
             return layout
     raise DatasetError(
-        f"cannot detect the layout of a row with fields {sorted(row)}; pass layout= one of "
-        f"{', '.join(LAYOUTS)} or a FieldMap"
+        f"cannot detect the layout of a row with fields {sorted(row)}; name the fields: "
+        "data.fields.prompt=... data.fields.answer=... in a config, --prompt-field/--answer-field on "
+        f"eval and probe, FieldMap(...) in Python; or a known layout: {', '.join(LAYOUTS)}"
     )
 
 
@@ -209,5 +219,14 @@ def row_to_problem(row: Mapping[str, Any], fields: FieldMap, source: str, index:
     if fields.uid:
         with contextlib.suppress(FieldError):
             uid = get_field(row, fields.uid)
-    return Problem(question=question, answer=answer, level=level, source=source, uid=f"{source}:{uid}")
+    return Problem(question, answer, level, source, f"{source}:{uid}", row=dict(row))
+
+
+def user_fields(prompt: str, answer: str, level: str | None = None, uid: str | None = None) -> FieldMap:
+    """The FieldMap of a user's own field names (dotted paths). Lenient conversions: the answer may be a
+    string, a number or a one-item list; a level "Level 3" becomes 3, other values are kept."""
+    for name, value in (("prompt", prompt), ("answer", answer)):
+        if not value:
+            raise DatasetError(f"the {name} field name is empty; give both the prompt and the answer field")
+    return FieldMap(prompt, answer, level or None, uid or None, answer_fn=_any_answer, level_fn=_math_level)
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hadw.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -14,6 +18,8 @@ class Problem:
     level:    difficulty level where the source has one (MATH: 1-5, built-in tasks: 1-5), else None.
     source:   where it came from: a task name ("addition") or a dataset name ("math500").
     uid:      stable id, unique within a run: "math500:test/precalculus/807.json", "addition:L2:0:17".
+    row:      the raw dataset row it was read from (None for built-in tasks); reward functions with TRL's
+              signature receive its columns as keyword arguments. Not part of equality.
     """
 
     question: str
@@ -21,8 +27,9 @@ class Problem:
     level: int | str | None
     source: str
     uid: str
+    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset file, row or option that cannot be turned into Problems. The message names the
     file, the line (JSONL, 1-based) or row (parquet / HF, 0-based), and the field or allowed values."""

@@ -1,9 +1,9 @@
-"""What `hadw eval` / `hadw probe` read: "task:<name>", "benchmark:<name>" or a file, with per-kind defaults.
+"""What `hadw eval` / `hadw probe` read: a source spec (see hadw.data.sources) with per-kind defaults.
 
-    task:addition        built-in task: the held-out items the trainer evaluates on (seed + EVAL_SEED_OFFSET)
-    benchmark:math500    a benchmark file under data_dir (default $HADW_SHARED_DATA or ../shared/data):
-                         math500, aime25, amc23, minerva_math, olympiadbench, gsm8k, math_train
-    path/to/file.jsonl   any JSONL / parquet / HF dataset folder (layout detected, or given)
+    task:addition        built-in task: the held-out items the trainer evaluates on
+    benchmark:math500    the local data folder's file, else its public Hub copy (docs/data.md)
+    hf:ORG/NAME[:split]  any Hub dataset
+    path/to/file.jsonl   any JSONL / parquet / HF dataset folder (fields detected, or --prompt-field ...)
 
 A built-in task is scored by exact match with the "plain" template and answers in a few tokens; every
 other source by math-verify with the paper's template and room for a chain of thought.
@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hadw.data import BENCHMARKS, Problem, load_benchmark, load_dataset_file, make_task
-from hadw.train.prompts import EVAL_SEED_OFFSET, default_data_dir
+from hadw.data import FieldMap, Problem, load_problems
 
 DEFAULT_TASK_SIZE = 200
 
@@ -38,29 +37,19 @@ def load_source(
     limit: int | None = None,
     levels: Sequence[int] | None = None,
     seed: int = 0,
-    layout: str = "auto",
+    fields: str | FieldMap = "auto",
     template: str = "auto",
     reward: str = "auto",
     max_new_tokens: int | None = None,
 ) -> EvalSource:
-    """Parse one --data spec and load its problems. "auto" picks the per-kind default (module docstring)."""
-    if spec.startswith("task:"):
-        size = limit or DEFAULT_TASK_SIZE
-        problems = list(make_task(spec.split(":", 1)[1], levels, seed=seed + EVAL_SEED_OFFSET, size=size))
-        defaults = ("plain", "exact", 16)
-    elif spec.startswith("benchmark:"):
-        name = spec.split(":", 1)[1]
-        if name not in BENCHMARKS:
-            raise ValueError(f"--data {spec!r}: unknown benchmark {name!r}; allowed: {', '.join(BENCHMARKS)}")
-        problems = load_benchmark(name, Path(data_dir) if data_dir else default_data_dir(), limit=limit)
-        defaults = ("paper", "math", 2048)
+    """Parse one --data spec and load its problems. "auto" picks the per-kind default (module docstring).
+    fields: "auto", a layout name or a FieldMap (hadw.data.make_fields)."""
+    is_task = spec.startswith("task:")
+    if is_task:
+        problems = list(load_problems(spec, levels=levels, seed=seed, held_out=True, limit=limit or DEFAULT_TASK_SIZE))
     else:
-        if not Path(spec).exists():
-            raise ValueError(f"--data {spec!r} is neither task:<name>, benchmark:<name> nor an existing file or folder")
-        problems = load_dataset_file(spec, layout=layout, limit=limit)
-        defaults = ("paper", "math", 2048)
-    if not problems:
-        raise ValueError(f"--data {spec!r} has no problems")
+        problems = list(load_problems(spec, fields, data_dir, limit))
+    defaults = ("plain", "exact", 16) if is_task else ("paper", "math", 2048)
     return EvalSource(
         spec,
         problems,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hadw.rewards.base import DEFAULT_TIMEOUT_S, MAX_MESSAGES, RewardFn, get_reward, run_reward
+from hadw.rewards.base import DEFAULT_TIMEOUT_S, MAX_MESSAGES, RewardFn, run_reward
 
 if TYPE_CHECKING:  # torch is imported inside score(): pool workers import this package and start faster
     import torch
@@ -42,26 +42,34 @@ def score(
     specs: list[RewardSpec] | None = None,
     correctness: str = "math",
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    prompts: list[str] | None = None,
+    columns: dict[str, list] | None = None,
 ) -> RewardResult:
     """Score N completions against their gold answers.
 
     specs: the weighted terms of `total` (default: [RewardSpec(correctness, 1.0)]). correctness: the name
     of the 0/1 reward HA-DW uses; it is evaluated even when it is not one of the specs, and a spec of the
     same name is evaluated once. A failing item scores 0 in that reward and is counted, never raised.
+    prompts, columns: what rewards with TRL's signature receive besides the completions (loader.py).
     """
     import torch
+
+    from hadw.rewards.loader import TRLReward, resolve_reward
 
     specs = specs if specs is not None else [RewardSpec(correctness)]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate reward names in specs: {names}")
-    fns = {spec.name: spec.fn or get_reward(spec.name) for spec in specs}
+    fns = {spec.name: spec.fn or resolve_reward(spec.name) for spec in specs}
     if correctness not in fns:
-        fns[correctness] = get_reward(correctness)
+        fns[correctness] = resolve_reward(correctness)
 
     per_reward, timeouts, errors, messages = {}, 0, 0, []
     for name, fn in fns.items():
-        result = run_reward(fn, completions, answers, timeout_s)
+        if isinstance(fn, TRLReward):
+            result = fn.run(completions, answers, prompts, columns)
+        else:
+            result = run_reward(fn, completions, answers, timeout_s)
         per_reward[name] = torch.tensor(result.scores, dtype=torch.float32).reshape(len(completions))
         timeouts, errors = timeouts + result.num_timeouts, errors + result.num_errors
         messages += [f"{name}: {m}" for m in result.messages]

@@ -2,7 +2,8 @@
 
 The tiny model is a real Qwen2 / Llama architecture from `transformers` (random weights) with a
 byte-level tokenizer (one token per ASCII character), saved with `save_pretrained` so every code path
-that loads a checkpoint (`load_model`, vLLM, TRL) treats it like a downloaded model. Nothing here reaches a model hub.
+that loads a checkpoint (`load_model`, vLLM, TRL) treats it like a downloaded model. `load_model` also takes a
+Hub id (downloaded through huggingface_hub when online); tests never reach the Hub.
 
 Tiny tokenizer: byte-level, one token per UTF-8 byte, no merges (so every string round-trips and
 ASCII text such as "\\boxed{3/4}" is one token per character). It uses exactly the pipeline of
@@ -19,6 +20,7 @@ Chat template: ChatML as in Qwen2.5-Instruct,
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -53,28 +55,68 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+# What a causal LM needs from a Hub repository (not its other-framework weights, ONNX exports, ...).
+_HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken", "*.jinja"]
+
+
+def resolve_model_path(path_or_id: str | Path) -> Path:
+    """A local folder as is; a Hub id ("Qwen/Qwen2.5-0.5B-Instruct") -> its snapshot folder, downloaded
+    with huggingface_hub's progress bars when online, from the cache when offline.
+
+    Raises FileNotFoundError with one line: not a folder and not a Hub id; or not cached while
+    HF_HUB_OFFLINE is set (and how to fix it); or the repository cannot be downloaded.
+    """
+    path = Path(path_or_id)
+    if path.is_dir():
+        return path
+    name = str(path_or_id)
+    if path.exists() or not _HUB_ID.fullmatch(name) or name.count("/") > 1:
+        raise FileNotFoundError(f"load_model: {name} is neither a model folder nor a Hub id (ORG/NAME)")
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.utils import enable_progress_bars
+
+    if not constants.HF_HUB_DISABLE_PROGRESS_BARS:  # the CLI quiets transformers' bars, not this download's
+        enable_progress_bars("huggingface_hub")
+    try:
+        return Path(snapshot_download(name, allow_patterns=_HUB_FILES))
+    except Exception as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if constants.HF_HUB_OFFLINE:
+            raise FileNotFoundError(
+                f"load_model: {name}: no such folder, and as a Hub id it is not in the Hugging Face cache while "
+                f"HF_HUB_OFFLINE=1 forbids downloading: unset HF_HUB_OFFLINE to download it, or run "
+                f"`hf download {name} --local-dir DIR` on a machine that is online and pass DIR"
+            ) from None
+        raise FileNotFoundError(
+            f"load_model: {name}: no such folder, and as a Hub id it cannot be downloaded: {reason}"
+        ) from None
+
+
 def load_model(
     path_or_dir: str | Path,
     dtype: Literal["float32", "bfloat16", "float16"] = "float32",
     device: str = "auto",
+    trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a local folder (never from a hub), in eval mode.
+    """Load a causal LM and its tokenizer from a local folder or a Hub id (see resolve_model_path), in
+    eval mode. trust_remote_code: run the repository's own modelling code; only when the user asks.
 
     The tokenizer always has a pad token (falls back to EOS) and pads on the left, which is what
     batched generation and `compute_logprobs` expect.
     """
-    path = Path(path_or_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(f"load_model: {path} is not a local model folder (hub downloads are disabled)")
     if dtype not in _DTYPES:
         raise ValueError(f"load_model: dtype={dtype!r}; allowed: {sorted(_DTYPES)}")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    path = resolve_model_path(path_or_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"load_model: tokenizer in {path} has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype], local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=_DTYPES[dtype], local_files_only=True, trust_remote_code=trust_remote_code
+    )
     model.to(_resolve_device(device)).eval()
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -3,48 +3,43 @@
 Built-in tasks are infinite random-access streams; file datasets are reshuffled every epoch with a
 seed. Either way `batch(step)` needs no hidden state, so the data position saved in a checkpoint is
 just the step and a resumed run sees exactly the prompts the uninterrupted run would have seen.
+Sources and the held-out rule come from hadw.data.sources.
 """
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 
-from hadw.data import Problem, load_benchmark, load_dataset_file, make_task
+from hadw.data import FieldMap, Problem, load_problems, make_fields, split_held_out
+from hadw.data.sources import EVAL_SEED_OFFSET  # noqa: F401  (demo and benchmarks import it from here)
 from hadw.train.config import DataConfig
 
-EVAL_SEED_OFFSET = 99_991  # evaluation items of a built-in task come from a disjoint stream
 
-
-def default_data_dir() -> Path:
-    """$HADW_SHARED_DATA, else ../shared/data beside the working directory's repository."""
-    env = os.environ.get("HADW_SHARED_DATA")
-    return Path(env) if env else Path.cwd().parent / "shared" / "data"
-
-
-def load_problems(source: str, data: DataConfig) -> list[Problem]:
-    """A finite list of problems from a "benchmark:<name>" or a file path."""
-    if source.startswith("benchmark:"):
-        data_dir = Path(data.data_dir) if data.data_dir else default_data_dir()
-        return load_benchmark(source.split(":", 1)[1], data_dir, limit=data.limit)
-    return load_dataset_file(source, layout=data.layout, limit=data.limit)
+def data_fields(data: DataConfig) -> str | FieldMap:
+    """`data.fields` as a FieldMap when set, else `data.layout` (a layout name, or a FieldMap set from Python)."""
+    f = data.fields
+    if isinstance(data.layout, FieldMap):
+        return data.layout
+    return make_fields(data.layout, f.prompt, f.answer, f.level, f.uid)
 
 
 class PromptSource:
     def __init__(self, data: DataConfig, seed: int):
         self.data, self.seed = data, seed
-        if data.source.startswith("task:"):
-            self.task = data.source.split(":", 1)[1]
-            self.stream = make_task(self.task, data.levels, seed=seed)
+        self.fields = data_fields(data)
+        self.task = data.source.split(":", 1)[1] if data.source.startswith("task:") else None
+        if self.task is not None:
+            self.stream = load_problems(data.source, levels=data.levels, seed=seed)
             self.problems: list[Problem] = []
         else:
-            self.task = None
-            problems = load_problems(data.source, data)
-            held_out = 0 if data.eval_source else min(data.eval_size, len(problems) // 5)
-            self.problems, self._held_out = problems[held_out:], problems[:held_out]
+            problems = self._load(data.source)
+            self.problems, self._held_out = split_held_out(problems, 0 if data.eval_source else data.eval_size)
             if not self.problems:
                 raise ValueError(f"data.source={data.source!r} has no training rows")
+
+    def _load(self, spec: str) -> list[Problem]:
+        d = self.data
+        return list(load_problems(spec, self.fields, d.data_dir or None, d.limit))
 
     def batch(self, step: int, num_prompts: int, refill_round: int = 0) -> list[Problem]:
         """The prompts of training step `step` (0-based); refill rounds (DAPO) draw from a separate
@@ -67,15 +62,12 @@ class PromptSource:
 
     def eval_problems(self) -> list[Problem]:
         """Fixed evaluation prompts: `data.eval_source`, else held-out items of the training source."""
-        if self.data.eval_source:
-            if self.data.eval_source.startswith("task:"):
-                name = self.data.eval_source.split(":", 1)[1]
-                return list(
-                    make_task(name, self.data.levels, seed=self.seed + EVAL_SEED_OFFSET, size=self.data.eval_size)
-                )
-            return load_problems(self.data.eval_source, self.data)[: self.data.eval_size]
+        d = self.data
+        if d.eval_source:
+            if d.eval_source.startswith("task:"):
+                spec = d.eval_source
+                return list(load_problems(spec, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size))
+            return self._load(d.eval_source)[: d.eval_size]
         if self.task is not None:
-            return list(
-                make_task(self.task, self.data.levels, seed=self.seed + EVAL_SEED_OFFSET, size=self.data.eval_size)
-            )
+            return list(load_problems(d.source, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size))
         return self._held_out

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from hadw.data import Problem, make_task, render_prompt
+from hadw.data import FieldMap, Problem, load_problems, render_prompt, split_held_out
 from hadw.eval.evaluate import evaluate
 
 
 @dataclass
 class SFTConfig:
-    task: str = "addition"
+    task: str = "addition"  # the built-in task, when `source` is empty
+    # Any source spec of hadw.data.sources (task:, benchmark:, hf:, a file); empty = task:<task>. A finite
+    # source trains on its rows after the held-out ones (the trainer's held-out rule), scored by math.
+    source: str = ""
+    fields: str | FieldMap = "auto"  # field names of a file source (hadw.data.make_fields)
+    data_dir: str = ""  # benchmark folder; empty = the default data folders
     levels: list[int] | None = None  # None = every level of the task
     template: str = "plain"
     batch_size: int = 64
@@ -62,15 +67,22 @@ def sft_warm_start(
     model, tokenizer, cfg: SFTConfig, log: Callable[[dict[str, float]], None] | None = None
 ) -> SFTResult:
     """Train `model` in place until greedy accuracy ≥ cfg.target_accuracy (or a step/time budget)."""
-    # Held-out evaluation problems come from another seed than the training stream.
-    eval_problems = list(make_task(cfg.task, cfg.levels, seed=cfg.seed + 10_007, size=cfg.eval_size))
-    train_stream = make_task(cfg.task, cfg.levels, seed=cfg.seed)
+    # The held-out rule of hadw.data.sources: a task's evaluation stream, or a file's first rows.
+    spec = cfg.source or f"task:{cfg.task}"
+    if spec.startswith("task:"):
+        train_stream: Sequence[Problem] = load_problems(spec, levels=cfg.levels, seed=cfg.seed)
+        eval_problems = list(load_problems(spec, levels=cfg.levels, seed=cfg.seed, held_out=True, limit=cfg.eval_size))
+        reward, draw = "exact", 1 << 40
+    else:
+        rows = load_problems(spec, cfg.fields, cfg.data_dir or None)
+        train_stream, eval_problems = split_held_out(rows, cfg.eval_size)
+        reward, draw = "math", len(train_stream)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = random.Random(cfg.seed)
     start, history, accuracy, step = time.perf_counter(), [], 0.0, 0
     model.train()
     for step in range(1, cfg.max_steps + 1):
-        batch = [train_stream[rng.randrange(1 << 40)] for _ in range(cfg.batch_size)]
+        batch = [train_stream[rng.randrange(draw)] for _ in range(cfg.batch_size)]
         ids, mask, labels = _encode(tokenizer, batch, cfg.template)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
@@ -80,7 +92,7 @@ def sft_warm_start(
         out_of_time = cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds
         if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
             model.eval()
-            report = evaluate(model, tokenizer, eval_problems, cfg.template, "exact", use_chat_template=False)
+            report = evaluate(model, tokenizer, eval_problems, cfg.template, reward, use_chat_template=False)
             model.train()
             accuracy = report.accuracy
             entry = {"sft/step": step, "sft/loss": float(loss.detach()), "sft/accuracy": accuracy}

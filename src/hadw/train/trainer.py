@@ -9,9 +9,14 @@ One step, top to bottom (method.md, "the product in one picture"):
 from __future__ import annotations
 
 import math
+import os
 import random
+import shutil
+import signal
 import sys
+import threading
 import time
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -23,19 +28,31 @@ import torch
 from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
+from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.rewards import RewardSpec, score
+from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
+from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
+
+
+class Interrupted(UserError):
+    """SIGINT / SIGTERM stopped the run at a safe point; exit 130 (SIGINT) or 143 (SIGTERM)."""
+
+    prefix = ""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -91,12 +108,42 @@ def warmup_lambda(warmup_steps: int):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, model=None, tokenizer=None, resume: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        model=None,
+        tokenizer=None,
+        resume: bool = False,
+        overwrite: bool = False,
+        accept_changes: bool = False,
+    ):
+        """resume: continue from run_dir's latest checkpoint. overwrite: move a run already in run_dir
+        aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
+        difference raises RunDirError listing them)."""
         self.cfg = cfg
         self.run_dir = Path(cfg.train.output_dir)
+        # Lock and check the folder before anything is written to it (init_model, logs).
+        self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
+        if aside is not None:
+            print(f"moved the previous run in {self.run_dir} to {aside}", file=sys.stderr)
+        self._stop_signal: int | None = None
+        try:
+            self._setup(model, tokenizer, resume, accept_changes)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _setup(self, model, tokenizer, resume: bool, accept_changes: bool) -> None:
+        cfg = self.cfg
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
+        try:  # before the model: a bad data file fails in a second, not after loading a large model
+            self.source = PromptSource(cfg.data, cfg.train.seed)
+        except ValueError as err:
+            if isinstance(err, UserError):
+                raise
+            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         if model is None:
             model, tokenizer = self._load_model()
         _check_master_weights(model)
@@ -108,12 +155,12 @@ class Trainer:
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
         recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
         self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
-        self.source = PromptSource(cfg.data, cfg.train.seed)
+        self._skip_long_prompts()
         self._no_signal_streak, self._warned_no_signal = 0, False
         self.no_signal_warning: str | None = None
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
-            RewardSpec(name, w)
+            RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
             for name, w in zip(
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
@@ -129,21 +176,107 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        restart = False
         if resume and checkpoint is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir} (looked for {self.run_dir}/latest)")
+            if not holds_run(self.run_dir):
+                raise RunDirError(
+                    f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
+                    "run without --resume to start it"
+                )
+            restart = True  # stopped before its first checkpoint: start again from step 0
+            print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
-            self.anchor = anchor_from_state(state["anchor"])
-            self.start_step = state["step"]
+            self._resume_from(checkpoint, accept_changes)
+        self._clean_leftovers()
         self.logger = MetricsLogger(
             self.run_dir,
             cfg.logging.tensorboard,
             cfg.logging.wandb,
             cfg.logging.wandb_project,
             cfg.to_dict(),
-            resume_step=self.start_step if checkpoint is not None else None,
+            resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
         (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+
+    def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
+        """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
+        then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
+        import json
+
+        saved = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")).get("config", {})
+        diffs = config_differences(saved, self.cfg.to_dict())
+        if diffs and not accept_changes:
+            raise RunDirError(
+                f"--resume: the settings differ from the saved run in {checkpoint} ({'; '.join(diffs)}); "
+                "pass the saved values, or --accept-changes to apply the new ones"
+            )
+        state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
+        self.start_step = state["step"]
+        anchor_keys = [d for d in diffs if d.startswith(("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema"))]
+        if anchor_keys:
+            warnings.warn(
+                f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
+                "empty instead of from the saved history",
+                stacklevel=2,
+            )
+        else:
+            self.anchor = anchor_from_state(state["anchor"])
+        if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
+            o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
+            lr = o.lr * schedule(self.scheduler.last_epoch)
+            for group in self.optimizer.param_groups:
+                group.update(lr=lr, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+            self.scheduler.base_lrs = [o.lr for _ in self.optimizer.param_groups]
+            self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
+            print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
+
+    def _clean_leftovers(self) -> None:
+        """Drop half-written checkpoint folders and checkpoints newer than the one resumed from (written by
+        a run killed before it could point `latest` at them; the resumed run rewrites them)."""
+        for tmp in self.run_dir.glob(".tmp-checkpoint-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in self.run_dir.glob(".final_model.tmp*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for path in self.run_dir.glob("checkpoint-*"):
+            if path.name > f"checkpoint-{self.start_step:06d}":
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _skip_long_prompts(self) -> None:
+        """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
+        rollout.max_new_tokens), counting them; a huge row would otherwise blow up memory in generation."""
+        if self.source.task is not None:
+            return
+        limit = self.cfg.data.max_prompt_tokens
+        if limit == 0:
+            context = getattr(self.model.config, "max_position_embeddings", None) or 1 << 30
+            limit = max(context - self.cfg.rollout.max_new_tokens, 1)
+        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
+
+        def fits(problem: Problem) -> bool:
+            text = render_prompt(problem, self.cfg.data.template, self.tokenizer, chat)
+            # A token covers at least one character in practice, so short texts need no tokenising, and
+            # a text 64x over the limit is skipped without tokenising it at all (that is the blow-up).
+            if len(text) <= limit:
+                return True
+            return len(text) <= 64 * limit and len(self.tokenizer(text, add_special_tokens=False).input_ids) <= limit
+
+        kept = [p for p in self.source.problems if fits(p)]
+        held_out = [p for p in self.source._held_out if fits(p)]
+        skipped = len(self.source.problems) + len(self.source._held_out) - len(kept) - len(held_out)
+        self.source.num_skipped = skipped
+        if skipped:
+            print(
+                f"data.source={self.cfg.data.source}: skipped {skipped} rows whose prompt is longer than "
+                f"{limit} tokens (data.max_prompt_tokens)",
+                file=sys.stderr,
+            )
+        if not kept:
+            raise ConfigError(
+                f"data.source={self.cfg.data.source!r}: every training row is longer than {limit} tokens "
+                "(data.max_prompt_tokens)"
+            )
+        self.source._held_out = held_out
+        self.source.problems = kept
 
     # ------------------------------------------------------------------------------------ setup
     @staticmethod
@@ -155,7 +288,13 @@ class Trainer:
     def _load_model(self):
         m = self.cfg.model
         path = m.path
-        if not path:
+        if path:
+            model_dir = Path(path)
+            if not model_dir.exists():
+                raise ConfigError(f"model.path={path}: no such folder")
+            if not model_dir.is_dir() or not (model_dir / "config.json").is_file():
+                raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
+        else:
             t = m.tiny
             path = build_tiny_model(
                 self.run_dir / "init_model",
@@ -167,7 +306,13 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
-        model, tokenizer = load_model(path, m.dtype, m.device)
+        try:
+            model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
+        except (OSError, ValueError) as err:
+            if isinstance(err, UserError):  # e.g. offline and not cached: already one clear line
+                raise
+            line = " ".join(str(err).split())[:300]
+            raise ConfigError(f"model.path={path}: cannot load the model: {line}") from None
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model, tokenizer
@@ -209,12 +354,14 @@ class Trainer:
         with self.autocast():
             batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
-        answers = [problems[i].answer for i in batch.prompt_index.tolist()]
+        rows = [problems[i] for i in batch.prompt_index.tolist()]
+        answers = [p.answer for p in rows]
+        prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
+        rw = cfg.reward
         rewards = score(
-            batch.response_texts, answers, self.reward_specs, self.cfg.reward.correctness, self.cfg.reward.timeout_s
+            batch.response_texts, answers, self.reward_specs, rw.correctness, rw.timeout_s, prompts, columns
         )
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
-        rows = [problems[i] for i in batch.prompt_index.tolist()]
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
 
     def collect(self, step: int) -> tuple[Rollout, int]:
@@ -319,7 +466,7 @@ class Trainer:
         share = lambda micro: float(micro.response_mask.sum()) if token_level else float(len(micro))
         total = max(share(mb), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
-        metrics: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor] = {}  # 0-dim tensors: read once, below (one host sync per step)
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self.autocast():
@@ -333,24 +480,29 @@ class Trainer:
                 ref_logprobs=micro.ref_logprobs,
                 entropy=entropy,
             )
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"step {step}: loss is {float(loss.detach())}; stopping before the optimiser step. The last "
-                    f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
-                    "optim.lr or check the rewards."
-                )
             weight = share(micro) / total
-            (loss * weight).backward()
+            (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
+            metrics["_loss"] = metrics.get("_loss", 0.0) + weight * loss.detach()  # non-finite if any part is
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or math.inf)
-        if not torch.isfinite(grad_norm):
-            raise NonFiniteLossError(f"step {step}: gradient norm is {float(grad_norm)}; stopping before the update")
+        metrics["actor/grad_norm"] = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.cfg.optim.grad_clip or math.inf
+        )
+        values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
+        loss_value = values.pop("_loss")
+        if not math.isfinite(loss_value):
+            raise NonFiniteLossError(
+                f"step {step}: loss is {loss_value}; stopping before the optimiser step. The last "
+                f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
+                "optim.lr or check the rewards."
+            )
+        grad_norm = values["actor/grad_norm"]
+        if not math.isfinite(grad_norm):
+            raise NonFiniteLossError(f"step {step}: gradient norm is {grad_norm}; stopping before the update")
         self.optimizer.step()
         self.scheduler.step()
-        metrics["actor/grad_norm"] = float(grad_norm)
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        return metrics
+        values["actor/lr"] = self.scheduler.get_last_lr()[0]
+        return values
 
     def train_step(self, step: int) -> dict[str, float]:
         rollout, refills = self.collect(step)
@@ -400,13 +552,17 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self) -> dict[str, dict[str, float]]:
-        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor)."""
+        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor); {} when there are
+        none (data.eval_size=0, or a file too small to hold any out)."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
+        problems = self.source.eval_problems()
+        if not problems:
+            return {}
         with self.autocast():
             report = evaluate(
                 self.model,
                 self.tokenizer,
-                self.source.eval_problems(),
+                problems,
                 self.cfg.data.template,
                 self.cfg.reward.correctness,
                 temperature=0.0,
@@ -446,6 +602,7 @@ class Trainer:
             disable=not show,
             dynamic_ncols=True,
         )
+        previous = self._install_signal_handlers()
         try:
             for step in bar:
                 metrics = self.train_step(step)
@@ -458,18 +615,70 @@ class Trainer:
                     acc=f"{metrics['reward/accuracy']:.3f}",
                     C=f"{metrics['hadw/anchor']:.2f}",
                 )
+                if self._stop_signal is not None and done < cfg.train.steps:
+                    self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate()
             self.logger.log(cfg.train.steps, {"final": 1.0, **_flatten_eval(final_eval)})
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
-            self.model.save_pretrained(self.run_dir / "final_model")
-            self.tokenizer.save_pretrained(self.run_dir / "final_model")
+            self._save_final_model()
+        except KeyboardInterrupt:  # a second Ctrl-C: abandon the step; the last checkpoint stays intact
+            raise self._interrupted(signal.SIGINT) from None
         finally:
+            self._restore_signal_handlers(previous)
+            for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
+                shutil.rmtree(tmp, ignore_errors=True)
             bar.close()
             self.logger.close()
+            self._lock.release()
         return TrainResult(self.run_dir, cfg.train.steps, final_eval)
+
+    # ------------------------------------------------------------------------------------ stopping
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        """SIGINT / SIGTERM set a flag; the loop stops after the current step (a second SIGINT abandons
+        it). Only the main thread can install handlers; elsewhere the defaults stay."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+            print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    def _stop(self, done: int) -> None:
+        self.checkpoint(done)
+        raise self._interrupted(self._stop_signal or signal.SIGINT)
+
+    def _interrupted(self, signum: int) -> Interrupted:
+        last = latest_checkpoint(self.run_dir)
+        import shlex
+
+        argv = shlex.join(sys.argv[1:]) if sys.argv and "hadw" in sys.argv[0] else "train ..."
+        command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
+        return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
+
+    def _save_final_model(self) -> None:
+        """final_model/ is written under a temporary name, fsynced and renamed: never half there."""
+        final, tmp = self.run_dir / "final_model", self.run_dir / f".final_model.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        replace_dir(tmp, final)
+        fsync_path(self.run_dir)
 
 
 def _flatten_eval(summary: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -1,0 +1,162 @@
+"""Rewards by import path, with TRL's signature, and hadw's rewards as TRL reward functions.
+
+    reward.functions: [math, "my_pkg.rewards:accuracy"]
+
+An import path "module:attribute" names either
+  * a function with TRL's reward signature, `f(prompts, completions, **kwargs) -> list[float | None]`,
+    called once per batch with keyword arguments: `prompts` (the prompt texts, the template filled in,
+    no chat markup), `completions` (the response texts) and the dataset's columns, one list each: every
+    top-level field of the rows (except `prompt`), plus `answer` (the gold answer) and `level` when the
+    rows have no such field. A TRL user's function works unchanged; None scores 0.
+  * or, when the name is listed in `reward.isolated`, a per-item function `f(completion, answer) -> float`
+    run in the verifier pool under `reward.timeout_s` (a hang or a crash scores 0 and is counted);
+  * or a hadw `RewardFunction`, used as it is.
+The current directory is importable, as with `python -m`: `my_rewards.py` beside you is `my_rewards:f`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from hadw.rewards.base import (
+    DEFAULT_TIMEOUT_S,
+    MAX_MESSAGES,
+    ItemScores,
+    RewardFn,
+    RewardFunction,
+    get_reward,
+    run_reward,
+)
+
+if TYPE_CHECKING:
+    from hadw.data import Problem
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name
+
+
+@dataclass(frozen=True)
+class TRLReward:
+    """A batch reward with TRL's signature; `run` passes the prompts and the dataset columns."""
+
+    name: str
+    fn: Callable[..., Sequence[float | None]]
+
+    def _call(self, completions: list[str], prompts: list[str], columns: Mapping[str, list]) -> list[float]:
+        kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
+        params = inspect.signature(self.fn).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):  # no **kwargs: pass only what it names
+            names = {p.name for p in params}
+            kwargs = {k: v for k, v in kwargs.items() if k in names}
+        out = list(self.fn(**kwargs))
+        if len(out) != len(completions):
+            raise ValueError(f"reward {self.name!r} returned {len(out)} scores for {len(completions)} completions")
+        return [0.0 if v is None else float(v) for v in out]
+
+    def run(
+        self,
+        completions: list[str],
+        answers: list[str],
+        prompts: list[str] | None = None,
+        columns: Mapping[str, list] | None = None,
+    ) -> ItemScores:
+        """One call for the batch; if it raises, item by item, so one bad item scores 0 and is counted."""
+        prompts = prompts if prompts is not None else [""] * len(completions)
+        columns = {"answer": answers, **(columns or {})}
+        try:
+            return ItemScores(self._call(completions, prompts, columns))
+        except Exception:
+            scores, messages = [], []
+            for i, completion in enumerate(completions):
+                try:
+                    scores += self._call([completion], [prompts[i]], {k: [v[i]] for k, v in columns.items()})
+                except Exception as e:
+                    scores.append(0.0)
+                    messages.append(f"{type(e).__name__}: {e}"[:500])
+            return ItemScores(scores, 0, len(messages), messages[:MAX_MESSAGES])
+
+    def __call__(self, completions: list[str], answers: list[str]) -> list[float]:
+        return self.run(completions, answers).scores
+
+
+def _import(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the `hadw` console script: cwd like `python -m`
+        sys.path.append(os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as e:
+        raise ValueError(f"reward {spec!r}: cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"reward {spec!r}: {module_name!r} has no attribute {attribute!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"reward {spec!r}: {attribute!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def resolve_reward(name: str, isolated: bool = False) -> RewardFn | TRLReward:
+    """A registered reward by name, or one loaded from an import path "module:function" (module docstring).
+    isolated: the import path is a per-item function to run in the verifier pool. Raises ValueError."""
+    if not is_import_path(name):
+        if isolated:
+            raise ValueError(f"reward.isolated: {name!r} is not an import path (module:function)")
+        return get_reward(name)  # not cached: register_reward may replace it
+    return _load(name, isolated)
+
+
+@functools.cache
+def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
+    obj = _import(name)
+    if isinstance(obj, RewardFunction):
+        return replace(obj, name=name)
+    if isolated:
+        return RewardFunction(name, obj, isolated=True)
+    return TRLReward(name, obj)
+
+
+def reward_inputs(problems: Sequence[Problem], template: str) -> tuple[list[str], dict[str, list]]:
+    """(prompts, columns) for TRL-signature rewards: the filled-in template of each problem, and every
+    raw row field (except `prompt`) as a column, with `answer` / `level` from the Problem if absent."""
+    from hadw.data import fill_template
+
+    prompts = [fill_template(p.question, template) for p in problems]
+    keys = dict.fromkeys(k for p in problems for k in (p.row or {}) if k != "prompt")
+    columns = {k: [(p.row or {}).get(k) for p in problems] for k in keys}
+    columns.setdefault("answer", [p.answer for p in problems])
+    columns.setdefault("level", [p.level for p in problems])
+    return prompts, columns
+
+
+def _text(completion: Any) -> str:
+    """TRL completions are strings, or (conversational datasets) a list of messages: the last content."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content", ""))
+    return str(completion)
+
+
+def trl_reward(name: str, answer_column: str = "answer", timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Callable:
+    """A hadw reward as a TRL reward function `f(prompts, completions, **columns)`, named `name`.
+
+    The gold answer is read from the dataset column `answer_column`; isolated rewards (math, math_any)
+    keep their verifier-pool timeout. For `HADWGRPOTrainer(reward_funcs=[trl_reward("math")])`.
+    """
+    fn = get_reward(name)
+
+    def reward(prompts=None, completions=(), **columns) -> list[float]:
+        if answer_column not in columns:
+            raise ValueError(f"reward {name!r} reads the gold answer from the dataset column {answer_column!r}")
+        answers = [str(a) for a in columns[answer_column]]
+        return run_reward(fn, [_text(c) for c in completions], answers, timeout_s).scores
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
