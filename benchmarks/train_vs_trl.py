@@ -50,7 +50,7 @@ def run_hadw(model_dir: Path, out: Path, batches: int) -> tuple[float, dict[str,
         start = time.perf_counter()
         metrics = trainer.train_step(step)
         times.append(time.perf_counter() - start)
-        splits.append({k: metrics[k] for k in ("time/generate", "time/reward", "time/update")})
+        splits.append({k: metrics[k] for k in ("timing_s/gen", "timing_s/reward", "timing_s/update")})
     trainer.logger.close()
     split = {k: statistics.median(s[k] for s in splits) for k in splits[0]}
     return statistics.median(times), split

@@ -132,7 +132,7 @@ def test_two_training_steps_from_a_jsonl_file(checkpoint, math_jsonl, tmp_path):
         "train.steps=2", f"train.output_dir={tmp_path / 'run'}", "logging.progress=false", "optim.lr=1e-4",
     ])  # fmt: skip
     result = Trainer(cfg).train()
-    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r]
+    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "critic/rewards/mean" in r]
     assert [r["step"] for r in steps] == [1, 2] and result.final_eval["all"]["count"] == 2
     assert all(r["perf/cpu_peak_rss_gb"] > 0 for r in steps)
     assert (tmp_path / "run" / "final_model" / "tokenizer.json").is_file()

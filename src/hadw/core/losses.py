@@ -14,6 +14,8 @@ from typing import Literal
 
 import torch
 
+from hadw import metrics as M
+
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -138,15 +140,15 @@ def policy_loss(
     )
     loss = aggregate(loss_mat, response_mask, spec.aggregation, spec.norm_length)
     metrics = _ratio_metrics(ratio.detach(), _token_advantages(advantages, ratio), response_mask, spec)
-    metrics["loss/policy"] = loss.detach()
-    metrics["loss/ppo_kl"] = masked_mean((old_logprobs - logprobs).detach(), response_mask)
+    metrics[M.PG_LOSS] = loss.detach()
+    metrics[M.PPO_KL] = masked_mean((old_logprobs - logprobs).detach(), response_mask)
     if spec.kl_coef and ref_logprobs is not None:
         kl = aggregate(kl_penalty(logprobs, ref_logprobs, spec.kl_estimator), response_mask, spec.aggregation)
         loss = loss + spec.kl_coef * kl
-        metrics["loss/kl_ref"] = kl.detach()
+        metrics[M.KL_LOSS] = kl.detach()
     if entropy is not None:
         mean_entropy = aggregate(entropy, response_mask, spec.aggregation)
-        metrics["actor/entropy"] = mean_entropy.detach()
+        metrics[M.ENTROPY] = mean_entropy.detach()
         if spec.entropy_coef:
             loss = loss - spec.entropy_coef * mean_entropy
     return loss, metrics
@@ -165,9 +167,9 @@ def _ratio_metrics(ratio, adv, mask, spec: LossSpec) -> dict[str, torch.Tensor]:
     ratio_min = torch.where(any_real, ratio.masked_fill(~mask, float("inf")).amin(), 1.0)
     ratio_max = torch.where(any_real, ratio.masked_fill(~mask, float("-inf")).amax(), 1.0)
     return {
-        "actor/clip_frac_low": clipped_low.sum() / n,
-        "actor/clip_frac_high": clipped_high.sum() / n,
-        "actor/ratio_mean": ratio_mean,
-        "actor/ratio_min": ratio_min,
-        "actor/ratio_max": ratio_max,
+        M.PG_CLIPFRAC_LOWER: clipped_low.sum() / n,
+        M.PG_CLIPFRAC: clipped_high.sum() / n,
+        M.RATIO_MEAN: ratio_mean,
+        M.RATIO_MIN: ratio_min,
+        M.RATIO_MAX: ratio_max,
     }

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from hadw import metrics as M
 from hadw.cli_lists import parse_ints
 from hadw.eval.cli import JsonOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
@@ -32,8 +33,10 @@ def compare_cmd(
     jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each)."),
     collect_only: bool = typer.Option(False, "--collect-only", help="Do not train; aggregate what is in --out."),
     baseline: str = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the first)."),
-    metric: list[str] = typer.Option(["avg@k"], "--metric", help="Final eval metric name(s) to compare."),
-    curve_metric: list[str] = typer.Option(["reward/accuracy"], "--curve", help="Per-step metric(s) to plot."),
+    metric: list[str] = typer.Option(
+        [M.GREEDY], "--metric", help="Final eval metric(s) to compare: greedy, avg@K, pass@K (repeat)."
+    ),
+    curve_metric: list[str] = typer.Option([M.SCORE_MEAN], "--curve", help="Per-step metric(s) to plot (repeat)."),
     smooth: int = typer.Option(5, "--smooth", help="Moving average window of the learning curves."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals, in (0, 1)."),
     method: str = typer.Option("t", "--interval", help="t (Student t over seeds) | bootstrap (percentile)."),

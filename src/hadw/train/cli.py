@@ -53,7 +53,7 @@ def train(
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
     if result.final_eval and "all" in result.final_eval:
-        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['greedy']:.3f})")
     else:
         typer.echo(f"done: {result.run_dir} (no evaluation prompts: data.eval_size=0 or too few rows)")
 
