@@ -104,7 +104,7 @@ def sft(
         seed=seed,
     )
     try:
-        result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e))
+        result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e), progress=None)
     except DatasetError as err:
         typer.secho(f"data error: {err}", fg="red", err=True)
         raise typer.Exit(2) from None
