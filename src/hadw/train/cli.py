@@ -41,6 +41,11 @@ def train(
     except DatasetError as err:
         typer.secho(f"data error: {err}", fg="red", err=True)
         raise typer.Exit(2) from None
+    except FileNotFoundError as err:  # model.path: no such folder, or a Hub id that cannot be had
+        if not str(err).startswith("load_model:"):
+            raise
+        typer.secho(f"model error: model.path={cfg.model.path!r}: {err}", fg="red", err=True)
+        raise typer.Exit(2) from None
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
