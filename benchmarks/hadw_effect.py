@@ -1,9 +1,9 @@
 """Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (optionally DAPO ± HA-DW) over several seeds,
 from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
 
-Recipe: the demo's current one (hadw.train.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
+Recipe: the demo's current one (hadw.experiments.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
 step cap, then `rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prompts/step, 100 steps), run through
-`hadw.eval.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
+`hadw.experiments.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
 run dir made with another recipe is refused and left out).
 
 Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,dapo,dapo_hadw] [--jobs 2]
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hadw.eval import compare as cmp
-from hadw.eval.plots import plot_compare
 from hadw.eval.report import compare_rows, jsonable, markdown_table
-from hadw.train.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
+from hadw.experiments import compare as cmp
+from hadw.experiments.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
+from hadw.experiments.plots import plot_compare
 
 ARMS = {
     "grpo": ("hadw.enabled=false",),
@@ -202,8 +202,8 @@ Command (from the repository root; {runs_s / 60:.1f} min for the runs and their 
 (runs by status: {counts}).
 
 Setup: one warm start (tiny Qwen2, ~0.8 M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
-`hadw.train.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then
-{args.steps} RL steps per run with the demo's recipe (`hadw.train.demo.rl_overrides`); every arm and seed starts
+`hadw.experiments.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then
+{args.steps} RL steps per run with the demo's recipe (`hadw.experiments.demo.rl_overrides`); every arm and seed starts
 from that same checkpoint. A seed fixes the training prompts, the sampling streams and the {args.eval_size}
 held-out evaluation problems; all arms of a seed see the same ones, so differences are paired by seed.
 Each final model (and the warm start, on every seed's problems) is evaluated greedily and with {k} samples

@@ -8,3 +8,42 @@ def test_version_command_prints_package_version():
     result = CliRunner().invoke(build_app(), ["version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == __version__
+
+
+def _commands(command, path=()):
+    """(path, command) for every leaf command of the click tree behind the typer app."""
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield path, command
+
+
+def _leaf_commands():
+    import typer
+
+    return list(_commands(typer.main.get_command(build_app())))
+
+
+def test_train_is_listed_first():
+    import typer
+
+    assert next(iter(typer.main.get_command(build_app()).commands)) == "train"
+
+
+def test_every_option_has_help_and_a_real_long_name():
+    """CLI polish: help text on every option and argument; no one-letter long names (`--p`, `--k`)."""
+    problems = []
+    for path, command in _leaf_commands():
+        for param in command.params:
+            where = f"hadw {' '.join(path)} {param.opts[0] if param.opts else param.name}"
+            if not getattr(param, "help", None):
+                problems.append(f"{where}: no help")
+            problems += [f"{where}: one-letter long name {o}" for o in param.opts if o.startswith("--") and len(o) <= 3]
+    assert problems == []
+
+
+def test_no_options_that_differ_only_by_case():
+    for path, command in _leaf_commands():
+        names = [o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
+        assert len({n.lower() for n in names}) == len(set(names)), (path, names)

@@ -13,8 +13,8 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
-from hadw.eval import compare as cmp
-from hadw.eval.stats import bootstrap_interval, interval, paired_difference, t_interval
+from hadw.experiments import compare as cmp
+from hadw.experiments.stats import bootstrap_interval, interval, paired_difference, t_interval
 
 SAMPLE = [0.61, 0.58, 0.66, 0.63, 0.59]
 

@@ -63,5 +63,5 @@ def test_train_with_an_uncached_hub_model_offline_exits_2_with_one_line(tmp_path
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("model error: model.path='no-such-org/model-xyz': load_model:")
+    assert len(lines) == 1 and lines[0].startswith("model error: load_model: no-such-org/model-xyz: no such folder")
     assert "HF_HUB_OFFLINE=1" in lines[0]

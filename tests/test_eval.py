@@ -8,13 +8,14 @@ from math import comb
 from types import SimpleNamespace
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
 from hadw.data import make_task
 from hadw.eval.data import load_source
-from hadw.eval.evaluate import EvalReport, evaluate, evaluate_sources, pass_at_k
-from hadw.eval.report import bucket_order, eval_rows, markdown_table
+from hadw.eval.evaluate import EvalReport, evaluate, evaluate_sources, extracted_answer, pass_at_k
+from hadw.eval.report import bucket_order, completion_notes, eval_rows, markdown_table
 from hadw.rollout import build_tiny_model, build_tiny_tokenizer
 
 
@@ -42,6 +43,20 @@ def test_pass_at_k_known_values_and_errors():
             pass_at_k(*bad)
 
 
+def fake_batch(texts: list[str], on_rows_done=None, truncated=()):
+    """What an engine returns, for fakes: texts, finish reasons (rows in `truncated` hit the length limit) and a
+    response mask of one token per character; each row reports itself finished, one at a time."""
+    for _ in texts:
+        if on_rows_done is not None:
+            on_rows_done(1)
+    lengths = torch.tensor([len(t) for t in texts])
+    return SimpleNamespace(
+        response_texts=texts,
+        finish_reasons=["length" if i in truncated else "stop" for i in range(len(texts))],
+        response_mask=(torch.arange(int(lengths.max())) < lengths[:, None]).long(),
+    )
+
+
 class OracleEngine:
     """A fake rollout engine with a known skill per level (module docstring of the test):
     greedy is right on levels 1–2; sample i is right on level 1 always, on level 2 when i is even, never on 3."""
@@ -51,7 +66,7 @@ class OracleEngine:
         self.by_prompt = {p.question + "=": p for p in problems}
         self.calls = []
 
-    def generate(self, prompts, params):
+    def generate(self, prompts, params, on_rows_done=None):
         self.calls.append(params)
         texts = []
         for ids in prompts:
@@ -59,7 +74,7 @@ class OracleEngine:
             for i in range(params.n):
                 right = problem.level == 1 or (problem.level == 2 and (params.temperature == 0 or i % 2 == 0))
                 texts.append(problem.answer if right else problem.answer + "1")
-        return SimpleNamespace(response_texts=texts)
+        return fake_batch(texts, on_rows_done)
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +155,13 @@ def test_benchmark_source_math500_levels_scored_by_math_verify(shared_data, toke
     assert (source.template, source.reward) == ("paper", "math")
 
     class Boxed:  # answers the gold answer in \boxed{} for the first half, nonsense afterwards
-        def generate(self, prompts, params):
-            return SimpleNamespace(
-                response_texts=[
-                    f"so \\boxed{{{source.problems[i].answer}}}" if i < 3 else "\\boxed{zzz}"
-                    for i in range(len(prompts))
-                    for _ in range(params.n)
-                ]
-            )
+        def generate(self, prompts, params, on_rows_done=None):
+            texts = [
+                f"so \\boxed{{{source.problems[i].answer}}}" if i < 3 else "\\boxed{zzz}"
+                for i in range(len(prompts))
+                for _ in range(params.n)
+            ]
+            return fake_batch(texts, on_rows_done)
 
     result = evaluate_sources(None, tokenizer, [source], engine=Boxed(), batch_size=64, use_chat_template=False)
     assert result.buckets["all"]["greedy"] == 0.5
@@ -180,7 +194,7 @@ def test_eval_cli_on_tiny_model(tmp_path):
         "task:addition",
         "--limit",
         "6",
-        "--k",
+        "--num-samples",
         "3",
         "--pass-k",
         "1,3",
@@ -208,7 +222,7 @@ def test_eval_cli_on_tiny_model(tmp_path):
 
 def test_eval_cli_rejects_bad_pass_k_and_data(tmp_path):
     app = build_app()
-    result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "task:addition", "--k", "2", "--pass-k", "4"])
+    result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "task:addition", "-k", "2", "--pass-k", "4"])
     assert result.exit_code != 0 and "every j must satisfy 1 <= j <= k=2" in flat(result.output)
     result = CliRunner().invoke(app, ["eval", str(tmp_path), "--data", "benchmark:nope"])
     assert result.exit_code != 0 and "unknown benchmark 'nope'" in flat(result.output)
@@ -221,3 +235,55 @@ def test_pass_at_k_formula_matches_combinatorial_identity():
         for i in range(k):
             prod *= (n - c - i) / (n - i)
         assert pass_at_k(n, c, k) == pytest.approx(1 - prod) == pytest.approx(1 - comb(n - c, k) / comb(n, k))
+
+
+def test_samples_record_every_completion_and_the_stats_count_answers_and_truncation(tokenizer):
+    problems = list(make_task("addition", [1], seed=1, size=4))
+    answers = {p.question + "=": p.answer for p in problems}
+
+    class Mixed:  # problem 0 boxed right, 1 boxed wrong, 2 no answer at all and cut at the length limit, 3 bare int
+        def generate(self, prompts, params, on_rows_done=None):
+            golds = [answers[tokenizer.decode(ids)] for ids in prompts]
+            texts = [f"\\boxed{{{golds[0]}}}", "\\boxed{-1}", "hmm", golds[3]]
+            return fake_batch(texts, on_rows_done, truncated={2})
+
+    ticks = []
+    report = evaluate(None, tokenizer, problems, "plain", "exact", engine=Mixed(), use_chat_template=False,
+                      progress=ticks.append)  # fmt: skip
+    assert ticks == [1, 1, 1, 1]  # one tick per finished problem, not one per batch
+    assert [s["score"] for s in report.samples] == [1.0, 0.0, 0.0, 1.0]
+    assert [s["extracted"] for s in report.samples] == [problems[0].answer, "-1", None, problems[3].answer]
+    assert [s["gold"] for s in report.samples] == [p.answer for p in problems]
+    assert report.samples[2]["finish_reason"] == "length" and report.samples[2]["prompt"] == problems[2].question + "="
+    assert extracted_answer("the answer is 12", "exact") is None and extracted_answer("#### 1,200", "math") == "1200"
+
+    source = SimpleNamespace(name="t", problems=problems, template="plain", reward="exact", max_new_tokens=4)
+    result = evaluate_sources(None, tokenizer, [source], engine=Mixed(), use_chat_template=False)
+    greedy = result.stats["greedy"]
+    assert greedy["answered"] == 0.75 and greedy["truncated"] == 0.25 and greedy["completions"] == 4
+    assert greedy["tokens"] == sum(len(s["completion"]) for s in result.samples)
+    assert result.temperature is None and result.to_dict()["temperature"] is None  # greedy only: no T claimed
+    assert result.stats["memory"]["perf/cpu_peak_rss_gb"] > 0.05  # a Python process with torch loaded
+    notes = completion_notes(result.stats)
+    assert notes[0].startswith("greedy: 4 completions, 75.0% with an extracted answer, 25.0% truncated")
+    assert not any(n.startswith("warning") for n in notes)
+    silent = {"greedy": {**greedy, "answered": 0.0}, "memory": result.stats["memory"]}
+    assert completion_notes(silent)[-1].startswith("warning: no greedy completion has an extractable answer")
+
+
+def test_eval_cli_writes_samples_and_reports_greedy_without_a_temperature(tmp_path):
+    model_dir = build_tiny_model(tmp_path / "tiny", num_layers=1, hidden_size=32, intermediate_size=64)
+    out_json, samples = tmp_path / "eval.json", tmp_path / "samples.jsonl"
+    args = ["eval", str(model_dir), "--data", "task:addition", "--limit", "5", "--max-new-tokens", "3",
+            "--chat-template", "never", "--json", str(out_json), "--samples", str(samples),
+            "--no-progress"]  # fmt: skip
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out_json.read_text())
+    assert data["temperature"] is None and data["k"] == 1
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 5 and {r["mode"] for r in rows} == {"greedy"}
+    assert {"prompt", "completion", "extracted", "gold", "score", "finish_reason", "tokens"} <= set(rows[0])
+    assert all(r["tokens"] <= 3 for r in rows) and data["stats"]["greedy"]["completions"] == 5
+    text = flat(result.output)
+    assert "truncated at the length limit" in text and "tokens/s" in text and "CPU peak RSS" in text

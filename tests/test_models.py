@@ -115,7 +115,7 @@ def test_load_model_pad_fallback_padding_side_and_dtype(tmp_path, tiny_dir):
 
 
 def test_load_model_errors(tmp_path, tiny_dir):
-    with pytest.raises(FileNotFoundError, match="is neither a model folder nor a Hub id"):
+    with pytest.raises(FileNotFoundError, match="neither a model folder nor a Hub id"):
         load_model(tmp_path / "missing")
     with pytest.raises(ValueError, match="allowed"):
         load_model(tiny_dir, dtype="float8")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hadw.cli import build_app
 from hadw.data import sample_problems
 from hadw.eval.probe import bernoulli_sampler, model_sampler, probe_stats, run_probe, sample_probe
-from hadw.eval.report import probe_rows
+from hadw.eval.report import PROBE_ADVANTAGE_COLUMNS, probe_rows, rich_table
 from hadw.rollout import build_tiny_model, load_model
 from hadw.theory import bias, p_nondegenerate
 
@@ -142,3 +142,24 @@ def test_probe_cli_writes_json_and_png(tiny_model_dir, tmp_path):
     data = json.loads(out_json.read_text(), parse_constant=no_nan)
     assert (data["G"], data["N"], data["groups"]) == (2, 4, 1) and data["buckets"]["all"]["prompts"] == 4
     assert png.stat().st_size > 10_000
+    # a random model answers nothing: every group is all wrong, and the probe says so instead of a table of dashes
+    assert data["buckets"]["all"]["nondegenerate"] == 0
+    assert "no group of G=2 is informative" in " ".join(result.output.split())
+
+
+def test_probe_table_headers_fit_a_100_column_terminal():
+    import io
+
+    from rich.console import Console
+
+    problems = sample_problems("addition", 40, seed=1)
+    p = np.linspace(0.05, 0.95, 40)
+    report = run_probe(bernoulli_sampler(p), problems, G=8, N=64, groups=2)
+    for columns in (None, PROBE_ADVANTAGE_COLUMNS):
+        headers, rows = probe_rows(report.buckets, columns)
+        out = io.StringIO()
+        Console(file=out, width=100).print(rich_table("t", headers, rows))
+        lines = out.getvalue().splitlines()
+        assert max(len(line) for line in lines) <= 100
+        header_line = next(line for line in lines if "bucket" in line)
+        assert all(h in header_line for h in headers), header_line  # no header wrapped onto a second line

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
 import torch
@@ -230,11 +229,3 @@ def test_compute_logprobs_entropy_int_length_and_gradients(qwen):
     model.zero_grad(set_to_none=True)
     with pytest.raises(ValueError, match="response length"):
         compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.input_ids.shape[1])
-
-
-def test_vllm_engine_without_vllm_fails_with_the_package_name(qwen):
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is installed; tests/test_rollout_vllm.py covers the engine")
-    model, tok = qwen
-    with pytest.raises(ImportError, match="vllm"):
-        make_engine("vllm", model, tok)

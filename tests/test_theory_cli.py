@@ -67,7 +67,7 @@ def test_lambda_json_matches_library(app):
             "0.5",
             "-G",
             "64",
-            "--Delta",
+            "--margin",
             "0.1",
             "--delta",
             "0.1",
@@ -100,7 +100,7 @@ def test_plot_writes_pngs(app, tmp_path):
 
 def test_bad_input_is_reported(app):
     result = CliRunner().invoke(app, ["bias", "table", "-p", "1.5"])
-    assert result.exit_code != 0 and "--p" in result.output
+    assert result.exit_code != 0 and "--success-rate" in result.output
     result = CliRunner().invoke(app, ["bias", "continuous", "-d", "gamma:1,2"])
     assert result.exit_code != 0 and "beta:ALPHA,BETA" in result.output
     result = CliRunner().invoke(app, ["bias", "average", "-i", "0:x/G"])

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import importlib
+import os
+import sys
 
 import typer
+
+from hadw.errors import UserError
 
 app = typer.Typer(
     name="hadw",
@@ -16,17 +22,61 @@ app = typer.Typer(
 
 # Modules exposing `register(app: typer.Typer) -> None`. Imported lazily in `main` so that
 # `import hadw.cli` stays cheap.
+# Listed in `hadw --help` in this order: the main job first.
 COMMAND_MODULES: list[str] = [
-    "hadw.theory.cli",
-    "hadw.eval.cli",
-    "hadw.train.cli",
-    "hadw.data.cli",
+    "hadw.train.cli",  # train, sft
+    "hadw.eval.cli",  # eval, probe
+    "hadw.experiments.cli",  # compare, demo, plot
+    "hadw.theory.cli",  # bias
+    "hadw.data.cli",  # data list / download
 ]
 
 
+# OS errors a user fixes (a path, a permission, a full disk), shown as one line like a UserError.
+USER_OS_ERRORS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EISDIR,
+                  errno.ENOTDIR, errno.ENAMETOOLONG}
+
+
+def user_error_line(err: BaseException) -> str | None:
+    """The one line shown for a user error, or None when err is a bug (which keeps its traceback)."""
+    if isinstance(err, UserError):
+        return " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.errno in USER_OS_ERRORS:
+        where = f": {err.filename}" if err.filename else ""
+        return f"{err.strerror or os.strerror(err.errno)}{where}"
+    return None
+
+
+def handle_user_errors(fn):
+    """Wrap a command: a user error prints one line and exits with its code (2); HADW_DEBUG=1 re-raises
+    it with the traceback. Applied to every registered command, so no command handles errors itself."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as err:
+            line = user_error_line(err)
+            if line is None or os.environ.get("HADW_DEBUG") == "1":
+                raise
+            typer.secho(f"{getattr(err, 'prefix', 'error: ')}{line}", fg="red", err=True)
+            raise typer.Exit(getattr(err, "exit_code", 2)) from None
+
+    return wrapper
+
+
 def build_app() -> typer.Typer:
+    if any(info.name == "version" for info in app.registered_commands):  # built already
+        return app
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(app)
+    app.command("version")(version)
+    for info in app.registered_commands:
+        if not getattr(info.callback, "_hadw_wrapped", False):
+            info.callback = handle_user_errors(info.callback)
+            info.callback._hadw_wrapped = True  # type: ignore[attr-defined]
     return app
 
 
@@ -35,7 +85,6 @@ def _root() -> None:
     """RLVR (GRPO / GSPO / DAPO) with History-Aware Adaptive Difficulty Weighting."""
 
 
-@app.command("version")
 def version() -> None:
     """Print the installed hadw version."""
     from hadw import __version__
@@ -44,7 +93,14 @@ def version() -> None:
 
 
 def main() -> None:
-    build_app()()
+    try:
+        build_app()()
+    except Exception as err:  # raised outside a command (or with HADW_DEBUG=1)
+        line = user_error_line(err)
+        if line is None or os.environ.get("HADW_DEBUG") == "1":
+            raise
+        print(f"{getattr(err, 'prefix', 'error: ')}{line}", file=sys.stderr)
+        sys.exit(getattr(err, "exit_code", 2))
 
 
 if __name__ == "__main__":

@@ -203,6 +203,24 @@ def make_anchor(kind: str = "window", **options: Any) -> Anchor:
 
 def anchor_from_state(state: dict[str, Any]) -> Anchor:
     """Rebuild an anchor (kind and parameters included) from its `state_dict()`."""
-    anchor = make_anchor(state["kind"]) if state["kind"] != "fixed" else FixedAnchor(state["value"])
+    anchor = make_anchor(state["kind"])  # default options; the state carries the real ones
     anchor.load_state_dict(state)
     return anchor
+
+
+# Keys of an anchor's state_dict that are its learned history, not its settings.
+ANCHOR_HISTORY_KEYS = ("history", "belief", "beliefs", "steps")
+
+
+def anchor_setting_changes(saved: dict[str, Any], anchor: Anchor) -> list[str]:
+    """'key: saved -> configured' for each setting (kind, k, eta, m, alpha, value, ...) in which a saved
+    anchor state differs from a configured anchor; [] when the saved history can be loaded as is. A
+    resume uses this to warn loudly instead of letting the saved settings silently win."""
+    current = anchor.state_dict()
+    if saved.get("kind") != current["kind"]:
+        return [f"kind: {saved.get('kind')!r} -> {current['kind']!r}"]
+    return [
+        f"{key}: {saved.get(key)!r} -> {value!r}"
+        for key, value in current.items()
+        if key not in (*ANCHOR_HISTORY_KEYS, "kind") and saved.get(key) != value
+    ]

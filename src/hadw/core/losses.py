@@ -52,8 +52,10 @@ def _clipped_surrogate(ratio, adv, clip_low, clip_high):
     return torch.maximum(unclipped, clipped)
 
 
-def token_clip_loss(logprobs, old_logprobs, advantages, clip_low: float, clip_high: float):
-    """GRPO / DAPO: per-token ratio π/π_old, clipped to [1 − ε_low, 1 + ε_high]. Returns (loss [B,T], ratio [B,T])."""
+def token_clip_loss(logprobs, old_logprobs, advantages, clip_low: float, clip_high: float, mask=None):
+    """GRPO / DAPO: per-token ratio π/π_old, clipped to [1 − ε_low, 1 + ε_high]. Returns (loss [B,T], ratio [B,T]).
+
+    mask is unused (each token stands alone); it is accepted so every policy loss has one signature."""
     ratio = torch.exp(logprobs - old_logprobs)
     adv = _token_advantages(advantages, ratio)
     return _clipped_surrogate(ratio, adv, clip_low, clip_high), ratio
@@ -127,9 +129,8 @@ def policy_loss(
     """The full objective for one mini-batch: policy loss + β·KL − entropy bonus, and its metrics."""
     if spec.policy_loss not in POLICY_LOSSES:
         raise ValueError(f"unknown policy loss {spec.policy_loss!r}; allowed: {', '.join(POLICY_LOSSES)}")
-    kwargs = {"mask": response_mask} if spec.policy_loss == "sequence_clip" else {}
     loss_mat, ratio = POLICY_LOSSES[spec.policy_loss](
-        logprobs, old_logprobs, advantages, spec.clip_low, spec.clip_high, **kwargs
+        logprobs, old_logprobs, advantages, spec.clip_low, spec.clip_high, mask=response_mask
     )
     loss = aggregate(loss_mat, response_mask, spec.aggregation, spec.norm_length)
     metrics = _ratio_metrics(ratio.detach(), _token_advantages(advantages, ratio), response_mask, spec)

@@ -30,11 +30,17 @@ BENCHMARK_LAYOUTS: dict[str, str] = {name: name for name in BENCHMARKS} | {"math
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            try:  # a UTF-8 BOM at the start of the file is accepted
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(
+                    f"{where}: not UTF-8 text (byte {raw[e.start]:#x} at column {e.start + 1}); save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 row = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
@@ -45,10 +51,16 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{path}: not a parquet file ({first})") from None
     index = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+    for batch in parquet.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
             yield f"{path}: row {index} (0-based)", row
             index += 1
@@ -57,10 +69,16 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
 def _hf_rows(path: Path, split: str | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
     import datasets
 
-    if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
-        data = datasets.load_from_disk(str(path))  # a save_to_disk() directory
-    else:
-        data = datasets.load_dataset(str(path))  # a local dataset folder (data files / loading script)
+    if not any(path.iterdir()):
+        raise DatasetError(f"{path}: empty folder; allowed: a .jsonl / .parquet file or a saved HF dataset folder")
+    try:
+        if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
+            data = datasets.load_from_disk(str(path))  # a save_to_disk() directory
+        else:
+            data = datasets.load_dataset(str(path))  # a local dataset folder (data files / loading script)
+    except (FileNotFoundError, ValueError, OSError, datasets.exceptions.DatasetNotFoundError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{path}: not a dataset folder Hugging Face datasets can read ({first})") from None
     if isinstance(data, datasets.DatasetDict):
         if split is None:
             if len(data) != 1:

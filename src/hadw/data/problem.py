@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hadw.errors import UserError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -28,6 +30,6 @@ class Problem:
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset file, row or option that cannot be turned into Problems. The message names the
     file, the line (JSONL, 1-based) or row (parquet / HF, 0-based), and the field or allowed values."""

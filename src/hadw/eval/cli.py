@@ -1,5 +1,5 @@
-"""`hadw eval`, `hadw compare` and `hadw probe`: accuracy with pass@k, multi-seed comparisons with intervals,
-and the bias of group-relative advantages measured on your own model's rollouts."""
+"""`hadw eval` and `hadw probe`: accuracy with pass@k, and the bias of group-relative advantages measured on your
+own model's rollouts."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from hadw.cli_lists import parse_ints
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
-    compare_rows,
+    completion_notes,
     eval_rows,
     jsonable,
     markdown_table,
+    no_informative_group_note,
     probe_rows,
     rich_table,
 )
@@ -42,18 +44,6 @@ def _chat(value: str):
     return {"auto": "auto", "always": True, "never": False}[value]
 
 
-def _parse_ints(text: str, what: str) -> list[int]:
-    """ "0,1,2" or "0-4" (inclusive) or a mix: "0-2,7"."""
-    out: list[int] = []
-    try:
-        for token in filter(None, text.replace(" ", "").split(",")):
-            lo, sep, hi = token.partition("-")
-            out += list(range(int(lo), int(hi) + 1)) if sep and lo else [int(token)]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: expected integers like 0,1,2 or 0-4", param_hint=what) from None
-    return out
-
-
 PromptFieldOption = typer.Option(None, "--prompt-field", help="Your data's question field (dotted path: a.b).")
 AnswerFieldOption = typer.Option(None, "--answer-field", help="Your data's gold-answer field (dotted path).")
 LevelFieldOption = typer.Option(None, "--level-field", help="Your data's difficulty-level field (optional).")
@@ -68,7 +58,15 @@ def _load_sources(
     from hadw.data import make_fields
     from hadw.eval.data import load_source
 
-    levels = _parse_ints(levels, "'--levels'") if levels else None
+    levels = parse_ints(levels, "--levels") if levels else None
+    if template != "auto":
+        from hadw.data.templates import fill_template
+
+        try:
+            fill_template("x", template)
+        except (ValueError, KeyError, IndexError) as err:
+            message = f"{template!r} is not a template name nor a format string with {{question}}: {err}"
+            raise typer.BadParameter(message, param_hint="'--template'") from None
     try:
         fields = make_fields("auto", *field_names)
     except ValueError as err:
@@ -111,9 +109,9 @@ def _write_json(path: str | None, data: dict) -> None:
 
 
 def _bar(total: int, desc: str):
-    from tqdm.auto import tqdm
+    from hadw.progress import Bar
 
-    return tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False)
+    return Bar(total, desc)
 
 
 def eval_cmd(
@@ -124,9 +122,11 @@ def eval_cmd(
     answer_field: str = AnswerFieldOption,
     level_field: str = LevelFieldOption,
     trust_remote_code: bool = TrustOption,
-    k: int = typer.Option(1, "--k", "-k", help="Samples per problem for avg@k and pass@k (1 = greedy only)."),
+    k: int = typer.Option(
+        1, "--num-samples", "-k", help="k: samples per problem for avg@k and pass@k (1 = greedy only)."
+    ),
     temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of the k samples."),
-    top_p: float = typer.Option(1.0, "--top-p"),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
     pass_k: str = typer.Option("1", "--pass-k", help="Comma-separated j for unbiased pass@j (j <= k)."),
     limit: int = typer.Option(None, "--limit", help="First N problems per source (tasks: N items, default 200)."),
     levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
@@ -136,18 +136,24 @@ def eval_cmd(
     batch_size: int = typer.Option(64, "--batch-size", help="Problems per generation batch."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
     chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
     json_path: str = JsonOption,
     markdown: Path = typer.Option(None, "--markdown", "--md", help="Write the table as markdown to this file."),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    samples: Path = typer.Option(
+        None,
+        "--samples",
+        help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
+        "tokens) to this file, to see why a score is what it is.",
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar per problem."),
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
     from hadw.eval.evaluate import evaluate_sources
 
     if k < 1:
-        raise typer.BadParameter("must be >= 1", param_hint="'--k'")
-    pass_ks = _parse_ints(pass_k, "'--pass-k'")
+        raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
+    pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     fields = (prompt_field, answer_field, level_field)
@@ -174,105 +180,22 @@ def eval_cmd(
             bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
+    notes = completion_notes(result.stats)
+    if samples:
+        samples.parent.mkdir(parents=True, exist_ok=True)
+        with samples.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
+        notes.append(f"wrote {len(result.samples)} completions to {samples}")
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(f"# {title}\n\n" + markdown_table(headers, rows), encoding="utf-8")
+        text = f"# {title}\n\n" + markdown_table(headers, rows) + "".join(f"\n{n}\n" for n in notes)
+        markdown.write_text(text, encoding="utf-8")
     _write_json(json_path, {"model": str(model), **result.to_dict()})
     if json_path != "-":
-        Console().print(rich_table(title, headers, rows))
-
-
-def compare_cmd(
-    config: Path = typer.Option(None, "--config", "-c", help="Base YAML config of every run."),
-    arm: list[str] = typer.Option(
-        [],
-        "--arm",
-        "-a",
-        help="NAME:OVERRIDES, e.g. 'grpo:' or 'hadw:hadw.enabled=true' or 'g16:rollout.group_size=16'. The first is "
-        "the baseline unless --baseline. Repeat for each arm; omit all to collect the arms already in --out.",
-    ),
-    seeds: str = typer.Option(
-        None, "--seeds", help="Seeds, e.g. 0,1,2 or 0-4; each arm runs every one (default 0-4; collect: all found)."
-    ),
-    override: list[str] = typer.Option([], "--set", "-s", help="key=value applied to every arm (repeat)."),
-    out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="Folder of the runs and the reports."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each)."),
-    collect_only: bool = typer.Option(False, "--collect-only", help="Do not train; aggregate what is in --out."),
-    baseline: str = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the first)."),
-    metric: list[str] = typer.Option(["avg@k"], "--metric", help="Final eval metric name(s) to compare."),
-    curve_metric: list[str] = typer.Option(["reward/accuracy"], "--curve", help="Per-step metric(s) to plot."),
-    smooth: int = typer.Option(5, "--smooth", help="Moving average window of the learning curves."),
-    confidence: float = typer.Option(0.95, "--confidence"),
-    method: str = typer.Option("t", "--interval", help="t (Student t over seeds) | bootstrap (percentile)."),
-    json_path: str = JsonOption,
-) -> None:
-    """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
-    from hadw.eval import compare as cmp
-    from hadw.eval.plots import plot_compare
-
-    if method not in ("t", "bootstrap"):
-        raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
-    if not 0 < confidence < 1:
-        raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
-    seed_list = _parse_ints(seeds or "0,1,2,3,4", "'--seeds'")
-    if arm and not collect_only:
-        try:
-            arms = [cmp.parse_arm(a) for a in arm]
-            specs = cmp.plan_runs(config, arms, seed_list, out, override)
-        except ValueError as err:
-            raise typer.BadParameter(str(err), param_hint="'--arm'") from None
-        if config is not None and not config.is_file():
-            raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
-        cmp.write_manifest(out, arms, seed_list, config, override)
-        bar = _bar(len(specs), f"runs ({jobs} at a time)")
-        statuses = cmp.run_all(specs, jobs, lambda r: (bar.update(1), bar.set_postfix_str(f"{r['arm']}/{r['seed']}")))
-        bar.close()
-        failed = [r for r in statuses if r["status"] == "failed"]
-        for r in failed:
-            typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
-        names = [a.name for a in arms]
-        counts = {s: sum(r["status"] == s for r in statuses) for s in ("trained", "resumed", "reused", "failed")}
-        typer.echo("runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), err=True)
-    else:
-        try:
-            names, found_seeds = cmp.discover(out)
-        except FileNotFoundError as err:
-            raise typer.BadParameter(str(err), param_hint="'--out'") from None
-        if arm:
-            names = [cmp.parse_arm(a if ":" in a else a + ":").name for a in arm]
-        seed_list = seed_list if seeds else found_seeds
-        failed = []
-    runs = cmp.collect_runs(out, names, seed_list)
-    for r in failed:  # e.g. a run dir made with another config: never report it as this one
-        runs[r["arm"]].pop(r["seed"], None)
-    try:
-        result = cmp.aggregate(runs, baseline, metric, confidence, method)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
-    if not result.metrics:
-        raise typer.BadParameter(f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'")
-    png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
-    sections = []
-    for name in metric:
-        headers, rows = compare_rows(result, name)
-        sections.append(f"## final {name}\n\n" + markdown_table(headers, rows))
-        if json_path != "-":
-            Console().print(rich_table(f"final {name}: mean [{confidence:.0%} {method} CI] over seeds", headers, rows))
-    missing = {a: s for a, s in result.missing.items() if s}
-    note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
-    (out / "compare.md").write_text(
-        f"# Comparison over seeds {seed_list} ({confidence:.0%} {method} intervals; differences paired by seed)\n\n"
-        + "\n".join(sections)
-        + note
-        + f"\n![curves]({png.name})\n",
-        encoding="utf-8",
-    )
-    (out / "compare.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1) + "\n", encoding="utf-8")
-    _write_json(json_path, result.to_dict())
-    if json_path != "-":
-        typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
-    if failed:
-        raise typer.Exit(1)
+        console = Console()
+        console.print(rich_table(title, headers, rows))
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
 
 
 def probe_cmd(
@@ -288,22 +211,22 @@ def probe_cmd(
     groups: int = typer.Option(1, "--groups", help="Independent groups of G per prompt (more = tighter estimates)."),
     limit: int = typer.Option(64, "--limit", help="Prompts per source."),
     levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
-    temperature: float = typer.Option(1.0, "--temperature", "-t"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    template: str = typer.Option("auto", "--template"),
-    reward: str = typer.Option("auto", "--reward"),
+    temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of every sample."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
+    template: str = typer.Option("auto", "--template", help="Prompt template (auto: plain for tasks, paper else)."),
+    reward: str = typer.Option("auto", "--reward", help="Verifier (auto: exact for tasks, math else)."),
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Default: 16 for tasks, 2048 else."),
     edges: str = typer.Option("0,0.125,0.25,0.5,0.75,0.875,1", "--edges", help="p_ref bucket edges."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
     chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
     png: Path = typer.Option(Path("probe.png"), "--png", help="Figure path."),
     json_path: str = JsonOption,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
-    from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
+    from hadw.experiments.plots import plot_probe
 
     try:
         edge_list = [float(e) for e in edges.split(",")]
@@ -350,17 +273,23 @@ def probe_cmd(
         console = Console()
         headers, rows = probe_rows(report.buckets)
         title = (
-            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size} with a gradient, p_ref from "
+            f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size}, p_ref from N={reference} "
+            "samples; grad: groups with a gradient (not all scored alike); under/over: share of those groups "
+            "whose advantage is under/over-estimated"
         )
-        title += f"N={reference} samples; under/over: share of those groups whose advantage is under/over-estimated"
         console.print(rich_table(title, headers, rows))
         headers, rows = probe_rows(report.buckets, PROBE_ADVANTAGE_COLUMNS)
-        title = "Mean advantage of correct / wrong responses, (r − mean) / std: group of G (Â) vs reference (A)"
+        title = (
+            "Mean advantage of correct / wrong responses, (r − mean) / std (raw: r − mean): group of G (Â) vs "
+            "reference of N (A)"
+        )
         console.print(rich_table(title, headers, rows))
+        note = no_informative_group_note(report.buckets["all"], group_size)
+        if note:
+            console.print(note, markup=False, highlight=False)
         typer.echo(f"wrote {png}")
 
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_cmd)
-    app.command("compare")(compare_cmd)
     app.command("probe")(probe_cmd)

@@ -3,10 +3,15 @@
 The trainer's periodic evaluation and `hadw eval` both call `evaluate`; it never touches an anchor.
 `evaluate_sources` runs it over several data sources (each with its own template and verifier), greedy
 and sampled, and merges the results into one table: bucket -> {count, greedy, avg@k, pass@j}.
+
+Every completion is kept as a record (prompt, completion, extracted answer, gold, score, finish reason,
+tokens) so a zero accuracy can be looked at (`hadw eval --samples FILE`), and summarised by
+`completion_stats`: the share with an extracted answer, the share cut at the length limit, tokens/s.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,8 +20,11 @@ from math import comb
 import torch
 
 from hadw.data import Problem, render_prompt
+from hadw.data.answers import extract_answer
 from hadw.eval.data import EvalSource
+from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardSpec, score
+from hadw.rewards.verifiers import to_int
 from hadw.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
 
 
@@ -37,6 +45,8 @@ class EvalReport:
     problems: list[Problem]
     k: int
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)  # one record per completion (module docstring)
+    seconds: float = 0.0  # generation wall time
 
     @property
     def accuracy(self) -> float:
@@ -64,6 +74,28 @@ def _summarise(correct: list[list[float]], problems: Sequence[Problem], pass_ks:
     return summary
 
 
+def extracted_answer(completion: str, reward: str) -> str | None:
+    """The answer the verifier reads: the last \\boxed{} or "#### N"; for `exact` also a bare integer."""
+    answer = extract_answer(completion)
+    if answer is None and reward == "exact" and to_int(completion) is not None:
+        return completion.strip()
+    return answer
+
+
+def completion_stats(samples: Sequence[dict], seconds: float) -> dict[str, float]:
+    """completions, answered (share with an extracted answer), truncated (share stopped by the length
+    limit), tokens (generated), tokens_per_s (over the generation wall time)."""
+    n = max(len(samples), 1)
+    tokens = sum(s["tokens"] for s in samples)
+    return {
+        "completions": float(len(samples)),
+        "answered": sum(s["extracted"] is not None for s in samples) / n,
+        "truncated": sum(s["finish_reason"] == "length" for s in samples) / n,
+        "tokens": float(tokens),
+        "tokens_per_s": tokens / seconds if seconds > 0 else float("nan"),
+    }
+
+
 def evaluate(
     model,
     tokenizer,
@@ -83,40 +115,80 @@ def evaluate(
 ) -> EvalReport:
     """Sample k responses per problem (greedy when temperature = 0) and score them with `reward`.
 
-    progress: an optional callable(advance: int) called after each batch of problems.
+    progress: an optional callable(advance: int) called as problems finish (all k of their responses).
     """
     engine = engine or HFRolloutEngine(model, tokenizer)
     prompts = [render_prompt(p, template, tokenizer, use_chat_template) for p in problems]
     correct: list[list[float]] = []
+    samples: list[dict] = []
+    seconds = 0.0
     for start in range(0, len(problems), batch_size):
         chunk = prompts[start : start + batch_size]
         ids = [tokenizer(text, add_special_tokens=False).input_ids for text in chunk]
         params = SamplingParams(
             n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + start
         )
+        t0 = time.perf_counter()
         with torch.no_grad():
-            batch = engine.generate(ids, params)
+            batch = engine.generate(ids, params, on_rows_done=_per_problem(progress, k))
+        seconds += time.perf_counter() - t0
         answers = [problems[start + i // k].answer for i in range(len(batch.response_texts))]
         result = score(batch.response_texts, answers, [RewardSpec(reward)], correctness=reward)
-        correct += result.correctness.view(len(chunk), k).tolist()
-        if progress is not None:
-            progress(len(chunk))
-    return EvalReport(correct, list(problems), k, _summarise(correct, problems, pass_ks))
+        scores = result.correctness.tolist()
+        correct += [scores[i * k : (i + 1) * k] for i in range(len(chunk))]
+        lengths = batch.response_mask.sum(dim=1).tolist()
+        for i, text in enumerate(batch.response_texts):
+            problem = problems[start + i // k]
+            samples.append({
+                "source": problem.source, "level": problem.level, "index": start + i // k, "sample": i % k,
+                "temperature": temperature, "prompt": chunk[i // k], "completion": text,
+                "extracted": extracted_answer(text, reward), "gold": problem.answer, "score": scores[i],
+                "finish_reason": batch.finish_reasons[i], "tokens": int(lengths[i]),
+            })  # fmt: skip
+    return EvalReport(correct, list(problems), k, _summarise(correct, problems, pass_ks), samples, seconds)
+
+
+def _per_problem(progress, k: int):
+    """Turn the engine's finished-response counts into finished-problem counts (k responses each)."""
+    if progress is None:
+        return None
+    rows = reported = 0
+
+    def on_rows_done(n: int) -> None:
+        nonlocal rows, reported
+        rows += n
+        if rows // k > reported:
+            progress(rows // k - reported)
+            reported = rows // k
+
+    return on_rows_done
 
 
 @dataclass
 class EvalResult:
-    """Merged table of `evaluate_sources`: bucket ("all", "source", "source/Lx") -> metric -> value."""
+    """Merged table of `evaluate_sources`: bucket ("all", "source", "source/Lx") -> metric -> value.
+
+    temperature is None for a greedy-only run (k = 1): no sample was drawn at any temperature.
+    stats: "greedy" (and "sampled" when k > 1) -> completion_stats, plus "memory" -> peak_memory_metrics.
+    """
 
     buckets: dict[str, dict[str, float]]
     k: int
-    temperature: float
+    temperature: float | None
     sources: list[str]
     greedy: list[list[float]]  # [num_problems, 1] greedy correctness, problems in source order
     sampled: list[list[float]] | None  # [num_problems, k] at `temperature`, None when k = 1
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)  # every completion, greedy then sampled, per source
 
     def to_dict(self) -> dict:
-        return {"k": self.k, "temperature": self.temperature, "sources": self.sources, "buckets": self.buckets}
+        return {
+            "k": self.k,
+            "temperature": self.temperature,
+            "sources": self.sources,
+            "buckets": self.buckets,
+            "stats": self.stats,
+        }
 
 
 def evaluate_sources(
@@ -135,16 +207,23 @@ def evaluate_sources(
 ) -> EvalResult:
     """Greedy accuracy, and with k > 1 avg@k and pass@j (j in pass_ks, j ≤ k) at `temperature`.
 
-    progress: optional callable(advance: int), called with the number of problems done in each batch
-    (each problem is visited once greedily and once more when sampling).
+    progress: optional callable(advance: int), called as problems finish (each problem is visited once
+    greedily and once more when sampling).
     """
     engine = engine or HFRolloutEngine(model, tokenizer)
     problems: list[Problem] = []
     greedy: list[list[float]] = []
     sampled: list[list[float]] = []
+    runs: dict[str, tuple[list[dict], float]] = {"greedy": ([], 0.0), "sampled": ([], 0.0)}
     sample = k > 1
     if not sample:
         pass_ks = ()
+
+    def run(mode: str, report: EvalReport) -> list[list[float]]:
+        records, seconds = runs[mode]
+        runs[mode] = (records + [{"mode": mode, **r} for r in report.samples], seconds + report.seconds)
+        return report.correct
+
     for source in sources:
         common = dict(
             template=source.template,
@@ -157,11 +236,12 @@ def evaluate_sources(
             progress=progress,
         )
         problems += source.problems
-        greedy += evaluate(model, tokenizer, source.problems, k=1, temperature=0.0, **common).correct
+        greedy += run("greedy", evaluate(model, tokenizer, source.problems, k=1, temperature=0.0, **common))
         if sample:
-            sampled += evaluate(
-                model, tokenizer, source.problems, k=k, temperature=temperature, top_p=top_p, **common
-            ).correct
+            sampled += run(
+                "sampled",
+                evaluate(model, tokenizer, source.problems, k=k, temperature=temperature, top_p=top_p, **common),
+            )
     table = {
         key: {"count": row["count"], "greedy": row["avg@k"]} for key, row in _summarise(greedy, problems, ()).items()
     }
@@ -169,4 +249,15 @@ def evaluate_sources(
         for key, row in _summarise(sampled, problems, pass_ks).items():
             table[key][f"avg@{k}"] = row["avg@k"]
             table[key] |= {name: value for name, value in row.items() if name.startswith("pass@")}
-    return EvalResult(table, k, temperature, [s.name for s in sources], greedy, sampled if sample else None)
+    stats = {mode: completion_stats(*runs[mode]) for mode in (("greedy", "sampled") if sample else ("greedy",))}
+    stats["memory"] = peak_memory_metrics()
+    return EvalResult(
+        table,
+        k,
+        temperature if sample else None,
+        [s.name for s in sources],
+        greedy,
+        sampled if sample else None,
+        stats,
+        runs["greedy"][0] + runs["sampled"][0],
+    )

@@ -57,6 +57,30 @@ def eval_rows(buckets: dict[str, dict[str, float]]) -> tuple[list[str], list[lis
     return ["bucket", "n", *metrics], rows
 
 
+def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
+    """One line per generation mode ("greedy", "sampled") of `EvalResult.stats`, plus peak memory, e.g.
+    "greedy: 500 completions, 93.2% with an extracted answer, 4.1% truncated at the length limit, 812 tokens/s"."""
+    lines = [
+        f"{mode}: {int(s['completions'])} completions, {s['answered']:.1%} with an extracted answer, "
+        f"{s['truncated']:.1%} truncated at the length limit, {fmt(s['tokens_per_s'], 0)} tokens/s"
+        for mode, s in stats.items()
+        if mode != "memory"
+    ]
+    memory = stats.get("memory", {})
+    if memory:
+        parts = [f"CPU peak RSS {memory['perf/cpu_peak_rss_gb']:.2f} GiB"]
+        if "perf/max_memory_allocated_gb" in memory:
+            parts.append(f"GPU max allocated {memory['perf/max_memory_allocated_gb']:.2f} GiB")
+        lines.append("memory: " + ", ".join(parts))
+    for mode, s in stats.items():
+        if mode != "memory" and s["completions"] and s["answered"] == 0:
+            lines.append(
+                f"warning: no {mode} completion has an extractable answer, so every score is 0; look at the "
+                "--samples file (the template, --max-new-tokens, or a model that needs SFT first)"
+            )
+    return lines
+
+
 def interval_cell(iv, digits: int = 3, signed: bool = False) -> str:
     """ "0.512 [0.480, 0.544]" (signed: "+0.012 [−0.010, +0.034]")."""
     if iv is None:
@@ -89,15 +113,16 @@ def compare_rows(result, metric_name: str = "avg@k") -> tuple[list[str], list[li
     return headers, rows
 
 
+# Headers are short so both probe tables fit a 100-column terminal; the titles explain them.
 PROBE_BIAS_COLUMNS = [
-    ("prompts", "prompts", 0), ("grad groups", "nondegenerate", 0), ("p_ref", "p_ref_mean", 2),
+    ("prompts", "prompts", 0), ("grad", "nondegenerate", 0), ("p_ref", "p_ref_mean", 2),
     ("bias ± se", ("bias_measured", "bias_se"), 3), ("theory", "bias_theory", 3),
     ("under", "under_frac", 2), ("theory", "under_theory", 2), ("over", "over_frac", 2), ("theory", "over_theory", 2),
 ]  # fmt: skip
 PROBE_ADVANTAGE_COLUMNS = [
-    ("Â correct", "z_correct_est", 2), ("A correct ref", "z_correct_ref", 2),
-    ("Â wrong", "z_wrong_est", 2), ("A wrong ref", "z_wrong_ref", 2),
-    ("Â correct raw", "adv_correct_est", 3), ("A correct raw ref", "adv_correct_ref", 3),
+    ("Â correct", "z_correct_est", 2), ("A correct", "z_correct_ref", 2),
+    ("Â wrong", "z_wrong_est", 2), ("A wrong", "z_wrong_ref", 2),
+    ("Â corr raw", "adv_correct_est", 3), ("A corr raw", "adv_correct_ref", 3),
 ]  # fmt: skip
 
 
@@ -108,6 +133,19 @@ def probe_rows(buckets: dict[str, dict[str, float]], columns=None) -> tuple[list
     order = sorted(buckets, key=lambda k: (k != "all", not k.startswith("p∈"), bucket_order(k) if "/" in k else ()))
     rows = [[key, *(_probe_cell(buckets[key], m, d) for _, m, d in columns)] for key in order]
     return ["bucket", *(h for h, _, _ in columns)], rows
+
+
+def no_informative_group_note(row: dict[str, float], group_size: int) -> str | None:
+    """A warning when no group of G had a gradient (the probe then has nothing to measure), else None."""
+    if row["nondegenerate"] > 0:
+        return None
+    outcome = "wrong" if row["p_ref_mean"] == 0 else "right" if row["p_ref_mean"] == 1 else "alike"
+    return (
+        f"warning: no group of G={group_size} is informative: in every group all responses scored the same "
+        f"(mean reference accuracy {row['p_ref_mean']:.2f}: all {outcome}), so there is no bias to measure. Use "
+        "problems the model solves sometimes (--levels, --data), a larger --max-new-tokens, or look at the "
+        "completions with `hadw eval MODEL --data ... --samples samples.jsonl`."
+    )
 
 
 def _probe_cell(row: dict[str, float], metric, digits: int) -> str:

@@ -30,6 +30,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+from hadw.core.anchors import anchor_setting_changes
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +154,29 @@ class HADWGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, ANCHOR_STATE_NAME)
-        if not os.path.exists(path):
-            logger.warning("%s not found: HA-DW anchor starts afresh (checkpoint from a run without HA-DW?)", path)
-            return
-        with open(path) as f:
-            state = json.load(f)
-        try:
-            self.hadw_anchor.load_state_dict(state)
-        except (KeyError, ValueError) as e:
-            raise ValueError(f"{path}: cannot restore the HA-DW anchor ({e}); check hadw_anchor") from e
+        restore_anchor(self.hadw_anchor, os.path.join(checkpoint, ANCHOR_STATE_NAME))
+
+
+def restore_anchor(anchor: Anchor, path: str) -> bool:
+    """Load a checkpoint's anchor state into `anchor` (in place); returns whether it was loaded. A saved
+    anchor whose settings differ from the configured one is not loaded: a loud warning, and the anchor
+    starts empty with the configured settings (never the saved settings silently winning)."""
+    if not os.path.exists(path):
+        logger.warning("%s not found: HA-DW anchor starts afresh (checkpoint from a run without HA-DW?)", path)
+        return False
+    with open(path) as f:
+        state = json.load(f)
+    changes = anchor_setting_changes(state, anchor)
+    if changes:
+        logger.warning(
+            "HA-DW: %s holds an anchor with other settings (%s); THE ANCHOR STARTS EMPTY with the configured "
+            "ones. Keep hadw_anchor* as saved to continue its history.",
+            path,
+            "; ".join(changes),
+        )
+        return False
+    try:
+        anchor.load_state_dict(state)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{path}: cannot restore the HA-DW anchor ({e}); check hadw_anchor") from e
+    return True

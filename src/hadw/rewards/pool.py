@@ -36,9 +36,36 @@ class Outcome:
     message: str = ""
 
 
-def _worker_main(conn: Connection, warm_up: bool) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a worker
+    stuck in a C-level computation (e.g. sympy on \\boxed{9^{9^{9^{9}}}}) never outlives a killed trainer.
+    Elsewhere, a watchdog thread exits when the parent is gone (it cannot interrupt C code)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watchdog() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watchdog, daemon=True, name="hadw-parent-watchdog").start()
+
+
+def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None) -> None:
     """Messages in: ("fn", item_fn) to load a function, ("item", (completion, answer)), or None to stop.
     Messages out: "ready" after start-up / loading a function, an Outcome per item."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     if warm_up:
         from hadw.rewards.verifiers import warm_up as _warm_up
 
@@ -71,7 +98,7 @@ class _Worker:
 
     def __init__(self, ctx, warm_up: bool):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, warm_up), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, warm_up, os.getpid()), daemon=True)
         self.process.start()
         child.close()
         self.since = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,8 +56,14 @@ class RolloutBatch:
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutBatch:
-        """Sample params.n responses for each prompt (a list of token ids, no padding)."""
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, on_rows_done: Callable[[int], None] | None = None
+    ) -> RolloutBatch:
+        """Sample params.n responses for each prompt (a list of token ids, no padding).
+
+        on_rows_done(n), when given, is called as responses finish (n of them since the last call), so a
+        progress bar can move while a large batch decodes.
+        """
         ...
 
 

@@ -52,7 +52,10 @@ class HFRolloutEngine:
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutBatch:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, on_rows_done: Callable[[int], None] | None = None
+    ) -> RolloutBatch:
+        """See RolloutEngine.generate; on_rows_done is called after each decode step that finished rows."""
         check_prompts(prompts)
         rows = [list(p) for p in prompts for _ in range(params.n)]
         prompt_ids, prompt_mask = left_pad(rows, self.pad_id)
@@ -73,6 +76,7 @@ class HFRolloutEngine:
                     params,
                     stop,
                     generator,
+                    on_rows_done,
                 )
                 for i in range(0, len(rows), chunk)
             ]
@@ -107,6 +111,7 @@ class HFRolloutEngine:
         params: SamplingParams,
         stop: torch.Tensor,
         generator: torch.Generator,
+        on_rows_done: Callable[[int], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample one chunk of rows. prompt_*: [B, P] on the model's device.
 
@@ -144,8 +149,13 @@ class HFRolloutEngine:
                 response[:, t] = tokens.masked_fill(done, self.pad_id)
                 logprobs[:, t] = token_logprobs.masked_fill(done, 0.0)
                 lengths += (~done).long()
-                done |= torch.isin(tokens, stop)
+                finished = torch.isin(tokens, stop) & ~done
+                done |= finished
                 steps = t + 1
+                if on_rows_done is not None:  # one sync per step, only when someone is watching
+                    newly = int(finished.sum()) if t + 1 < max_new else int(batch - (done.sum() - finished.sum()))
+                    if newly:
+                        on_rows_done(newly)
                 if bool(done.all()):
                     break
                 step_ids = response[:, t : t + 1]
@@ -153,20 +163,13 @@ class HFRolloutEngine:
         return response[:, :steps].cpu(), logprobs[:, :steps].cpu(), lengths.cpu()
 
 
-def _make_vllm(model, tokenizer, **kwargs) -> RolloutEngine:
-    from hadw.rollout.vllm_engine import VLLMRolloutEngine  # imports vllm; only when asked for
-
-    return VLLMRolloutEngine(model, tokenizer, **kwargs)
-
-
-ENGINES: dict[str, Callable[..., RolloutEngine]] = {"hf": HFRolloutEngine, "vllm": _make_vllm}
+# The native trainer's engines. vLLM-scale generation goes through TRL (use_vllm) or verl, which
+# maintain the weight sync and memory sharing with the trainer (examples/trl, examples/verl).
+ENGINES: dict[str, Callable[..., RolloutEngine]] = {"hf": HFRolloutEngine}
 
 
 def make_engine(name: str, model, tokenizer, **kwargs) -> RolloutEngine:
-    """Build a rollout engine by name: "hf" (HFRolloutEngine) or "vllm" (VLLMRolloutEngine, GPU only).
-
-    kwargs go to the engine (hf: max_batch_size; vllm: see VLLMRolloutEngine).
-    """
+    """Build a rollout engine by name ("hf": HFRolloutEngine); kwargs go to the engine (hf: max_batch_size)."""
     if name not in ENGINES:
         raise ValueError(f"make_engine: unknown engine {name!r}; allowed: {sorted(ENGINES)}")
     return ENGINES[name](model, tokenizer, **kwargs)

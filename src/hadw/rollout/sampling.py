@@ -37,11 +37,6 @@ class SamplingParams:
             if not ok:
                 raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r} {rule}")
 
-    @property
-    def logprob_temperature(self) -> float:
-        """Temperature of the distribution the recorded log-probs refer to (1 when greedy)."""
-        return self.temperature if self.temperature > 0 else 1.0
-
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Set every logit below the k-th largest of its row to -inf. logits: [B, V]; k <= 0 = off."""

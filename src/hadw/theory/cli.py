@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hadw.cli_lists import parse_floats, parse_ints
 from hadw.theory import binary, continuous, rectified
 
 bias_app = typer.Typer(
@@ -25,7 +26,9 @@ DEFAULT_P = [0.05, 0.125, 0.25, 0.375, 0.5, 0.75, 0.875]
 DEFAULT_INTERVALS = ["0:0.5", "0:0.25", "0:0.125", "0:2/G", "0.5:1", "0.75:1"]
 DEFAULT_DISTS = ["beta:2,5", "beta:5,2", "beta:0.5,0.5", "truncnorm:0.3,0.2"]
 
-GroupSizes = typer.Option(DEFAULT_G, "--group-size", "-G", help="Group size G (repeat for several).")
+GroupSizes = typer.Option(
+    [",".join(map(str, DEFAULT_G))], "--group-size", "-G", help="Group sizes G, e.g. 4,8 (or repeat the option)."
+)
 JsonFlag = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
@@ -52,25 +55,31 @@ def _fmt(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
 
 
-def _check_groups(group_sizes: list[int]) -> None:
+def _check_groups(values: list[str]) -> list[int]:
+    group_sizes = parse_ints(values, "--group-size")
     bad = [G for G in group_sizes if G < 2]
     if bad:
         raise typer.BadParameter(f"group sizes must be ≥ 2; got {bad}", param_hint="'--group-size'")
+    return group_sizes
 
 
 @bias_app.command("table")
 def table_cmd(
-    group_sizes: list[int] = GroupSizes,
-    success_rates: list[float] = typer.Option(
-        DEFAULT_P, "--p", "-p", help="True success rate p of a prompt, in [0, 1] (repeat for several)."
+    group_sizes: list[str] = GroupSizes,
+    success_rates: list[str] = typer.Option(
+        [",".join(map(str, DEFAULT_P))],
+        "--success-rate",
+        "-p",
+        help="True success rates p of a prompt in [0, 1], e.g. 0.1,0.5 (or repeat the option).",
     ),
     eps: float = typer.Option(0.0, "--eps", help="Margin ε ≥ 0 of the mis-estimation probability (0: ε→0 limit)."),
     as_json: bool = JsonFlag,
 ) -> None:
     """Bias (Lemma 2), degenerate-group probability and mis-estimation probability (Theorem 2) per G and p."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
+    success_rates = parse_floats(success_rates, "--success-rate")
     if any(not 0 <= p <= 1 for p in success_rates) or eps < 0:
-        raise typer.BadParameter("--p values must lie in [0, 1] and --eps must be ≥ 0")
+        raise typer.BadParameter("--success-rate values must lie in [0, 1] and --eps must be ≥ 0")
     G, p = np.meshgrid(group_sizes, success_rates, indexing="ij")
     columns = {
         "p_degenerate": binary.p_degenerate(p, G),
@@ -123,7 +132,7 @@ def parse_bound(text: str, G: int) -> float:
 
 @bias_app.command("average")
 def average_cmd(
-    group_sizes: list[int] = typer.Option(list(range(2, 9)), "--group-size", "-G", help="Group size G (repeat)."),
+    group_sizes: list[str] = typer.Option(["2-8"], "--group-size", "-G", help="Group sizes G, e.g. 2-8 or 4,8."),
     intervals: list[str] = typer.Option(
         DEFAULT_INTERVALS,
         "--interval",
@@ -136,7 +145,7 @@ def average_cmd(
     as_json: bool = JsonFlag,
 ) -> None:
     """Probability of a mis-estimate given S for p ~ Uniform[LO, HI], ε → 0 (Corollaries 1–3)."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if direction not in binary.DIRECTIONS:
         raise typer.BadParameter(f"must be one of {binary.DIRECTIONS}", param_hint="'--direction'")
     rows = []
@@ -163,7 +172,7 @@ def lambda_cmd(
     p_hat: float = typer.Option(..., "--p-hat", help="Observed group success rate p̂ ∈ (0, 1)."),
     anchor: float = typer.Option(..., "--anchor", help="Difficulty anchor C ∈ [0, 1] (e.g. recent accuracy)."),
     group_size: int = typer.Option(8, "--group-size", "-G", help="Group size G ≥ 2."),
-    margin: float = typer.Option(0.1, "--Delta", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ]."),
+    margin: float = typer.Option(0.1, "--margin", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ]."),
     delta: float = typer.Option(0.1, "--delta", help="δ ∈ (0, 1): failure probability of the range."),
     eps: float = typer.Option(0.1, "--eps", help="ε > 0: allowed error of the rectified baseline."),
     as_json: bool = JsonFlag,
@@ -227,12 +236,12 @@ def continuous_cmd(
         help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
         "[0, 1]); repeat for several.",
     ),
-    group_sizes: list[int] = GroupSizes,
+    group_sizes: list[str] = GroupSizes,
     sigma: float = typer.Option(0.1, "--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ."),
     as_json: bool = JsonFlag,
 ) -> None:
     """Bias of the group-mean baseline for continuous rewards (Theorem 4, with the corrected 1/G)."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if not 0 <= sigma < 1:
         raise typer.BadParameter("must lie in [0, 1)", param_hint="'--sigma'")
     rows = []
@@ -270,7 +279,7 @@ def continuous_cmd(
 @bias_app.command("plot")
 def plot_cmd(
     out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="Folder for the PNG files (created)."),
-    group_sizes: list[int] = typer.Option([2, 4, 8, 16, 32], "--group-size", "-G", help="Group sizes (repeat)."),
+    group_sizes: list[str] = typer.Option(["2,4,8,16,32"], "--group-size", "-G", help="Group sizes G, e.g. 2,8."),
     sigma: float = typer.Option(0.1, "--sigma", help="σ of the continuous-reward figure (update if range > σ)."),
     concentration: float = typer.Option(
         4.0, "--concentration", help="α + β of the Beta rewards in the continuous-reward figure."
@@ -281,7 +290,7 @@ def plot_cmd(
     """Write bias_binary.png (|bias| vs p per G, Figure 2) and bias_continuous.png (Beta rewards, Figure 5)."""
     from hadw.theory import plots  # matplotlib only when plotting
 
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if points < 2 or concentration <= 0 or not 0 <= sigma < 1:
         raise typer.BadParameter("need --points ≥ 2, --concentration > 0 and 0 ≤ --sigma < 1")
     binary_path, continuous_path = out_dir / "bias_binary.png", out_dir / "bias_continuous.png"

@@ -1,5 +1,5 @@
 """Figures of `hadw bias plot`: |bias| against p (paper Figure 2) and the continuous-reward bias against the
-mean reward for Beta rewards (Figure 5 style). Uses matplotlib's Agg canvas directly (no pyplot, no display)."""
+mean reward for Beta rewards (Figure 5 style). Drawn with hadw.plotting (no pyplot, no display)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
+from hadw.plotting import save, subplots
 from hadw.theory.binary import bias
 from hadw.theory.continuous import beta_from_mean, continuous_theory
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    return path
 
 
 def plot_binary_bias(path: Path, group_sizes: Sequence[int], n_points: int = 401) -> dict:
     """|A − E[Â | S]| against p for each G (Lemma 2); returns the plotted data."""
     p = np.linspace(0.0, 1.0, n_points)
-    fig = Figure(figsize=(6.4, 4.2))
-    ax = fig.add_subplot()
+    fig, (ax,) = subplots(figsize=(6.4, 4.2))
     curves = {}
     for G in group_sizes:
         curves[int(G)] = np.abs(bias(p, G))
@@ -41,7 +31,7 @@ def plot_binary_bias(path: Path, group_sizes: Sequence[int], n_points: int = 401
     ax.set_ylim(0, None)
     ax.legend(loc="center right")
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save(fig, path, dpi=150)
     return {"p": p.tolist(), "abs_bias": {G: v.tolist() for G, v in curves.items()}}
 
 
@@ -53,8 +43,7 @@ def plot_continuous_bias(
     values = np.array(
         [continuous_theory(beta_from_mean(m, concentration), list(group_sizes), sigma).bias for m in means]
     )  # (n_points, len(G))
-    fig = Figure(figsize=(6.4, 4.2))
-    ax = fig.add_subplot()
+    fig, (ax,) = subplots(figsize=(6.4, 4.2))
     for j, G in enumerate(group_sizes):
         ax.plot(means, values[:, j], marker=".", label=f"G = {G}")
     ax.axhline(0.0, color="grey", lw=0.8)
@@ -64,5 +53,5 @@ def plot_continuous_bias(
     ax.set_title(f"Continuous rewards: Beta with α+β = {concentration:g}, σ = {sigma:g} (Theorem 4)")
     ax.legend()
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save(fig, path, dpi=150)
     return {"mean": means.tolist(), "bias": {int(G): values[:, j].tolist() for j, G in enumerate(group_sizes)}}

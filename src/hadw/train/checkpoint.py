@@ -2,10 +2,13 @@
 
 checkpoint-000040/
     model/               save_pretrained (weights, config, tokenizer): loadable on its own
-    trainer_state.pt     optimiser, scheduler, RNG states (python, numpy, torch)
+    trainer_state.pt     optimiser, scheduler, RNG states (python, numpy, torch): tensors, numbers,
+                         lists and dicts only, loaded with torch.load(weights_only=True), so a crafted
+                         file cannot run code on --resume
     state.json           step, data position, anchor state, config
-The folder is written under a temporary name and renamed into place, and `latest` (a one-line file)
-is replaced atomically after that, so a crash mid-write never leaves a half checkpoint as the latest.
+The folder is written under a temporary name, every file and the folder are fsynced, it is renamed into
+place (and the parent fsynced), and `latest` (a one-line file) is replaced atomically after that, so a
+crash or power loss mid-write never leaves a half checkpoint as the latest.
 """
 
 from __future__ import annotations
@@ -20,7 +23,39 @@ from typing import Any
 import numpy as np
 import torch
 
+from hadw.errors import UserError
+
 LATEST = "latest"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be loaded (missing, tampered with, or written by an older version)."""
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's fsync makes the names in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and folder under root, then root itself."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fsync_path(Path(dirpath) / name)
+        fsync_path(Path(dirpath))
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Durably move a fully written folder `tmp` to `final` (replacing it): fsync, rename, fsync parent."""
+    fsync_tree(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_path(final.parent)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -33,12 +68,21 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The RNG states as plain types and tensors (what torch.load(weights_only=True) accepts)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(int(x) for x in internal.tolist()), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
@@ -62,17 +106,18 @@ def save_checkpoint(
     trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
     torch.save(trainer_state, tmp / "trainer_state.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    replace_dir(tmp, final)
     _atomic_write_text(run_dir / LATEST, final.name + "\n")
-    _prune(run_dir, keep_last)
+    fsync_path(run_dir)
+    _prune(run_dir, keep_last, final)
     return final
 
 
-def _prune(run_dir: Path, keep_last: int) -> None:
-    checkpoints = sorted(run_dir.glob("checkpoint-*"))
-    for old in checkpoints[: max(len(checkpoints) - keep_last, 0)]:
+def _prune(run_dir: Path, keep_last: int, current: Path) -> None:
+    """Keep the `keep_last` (>= 1) checkpoints up to and including `current`; never delete `current`."""
+    checkpoints = [p for p in sorted(run_dir.glob("checkpoint-*")) if p != current]
+    older = [p for p in checkpoints if p.name < current.name]
+    for old in older[: max(len(older) - (max(keep_last, 1) - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -108,7 +153,14 @@ def load_model_weights(model, model_dir: Path) -> None:
 def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """Restore model, optimiser, scheduler and RNG states in place; return state.json's contents."""
     load_model_weights(model, path / "model")
-    trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
+    try:  # weights_only: tensors and plain containers only; a pickled object (code) is refused
+        trainer_state = torch.load(path / "trainer_state.pt", weights_only=True)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path / 'trainer_state.pt'}: refused to load (not a plain tensor file: {first}); resume from "
+            "another checkpoint or start a new train.output_dir"
+        ) from None
     optimizer.load_state_dict(trainer_state["optimizer"])
     scheduler.load_state_dict(trainer_state["scheduler"])
     set_rng_state(trainer_state["rng"])

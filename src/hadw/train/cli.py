@@ -1,4 +1,4 @@
-"""Commands: `hadw train`, `hadw sft`, `hadw demo`, `hadw plot`."""
+"""Commands: `hadw train`, `hadw sft`."""
 
 from __future__ import annotations
 
@@ -21,35 +21,41 @@ def train(
         list[str] | None, typer.Argument(help="dotted overrides, e.g. hadw.enabled=true train.steps=50")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the latest checkpoint of output_dir")] = False,
+    show_config: Annotated[
+        bool, typer.Option("--show-config", help="print the resolved config with each field's doc, then exit")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="move a run already in output_dir aside (to <dir>.old-N) and start anew")
+    ] = False,
+    accept_changes: Annotated[
+        bool,
+        typer.Option("--accept-changes", help="with --resume: apply settings that differ from the saved run's"),
+    ] = False,
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
-    from hadw.data import DatasetError
-    from hadw.train.config import ConfigError, load_config
+    from hadw.train.config import load_config
     from hadw.train.trainer import NonFiniteLossError, Trainer
 
     _quiet_transformers()
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
+    cfg = load_config(config, overrides)  # errors: one line, exit 2 (hadw.cli.handle_user_errors)
+    if show_config:
+        from hadw.train.config_docs import show_config as render
+
+        typer.echo(render(cfg), nl=False)
+        return
     try:
-        cfg = load_config(config, overrides)
-    except ConfigError as err:
-        typer.secho(f"config error: {err}", fg="red", err=True)
-        raise typer.Exit(2) from None
-    try:
-        result = Trainer(cfg, resume=resume).train()
-    except DatasetError as err:
-        typer.secho(f"data error: {err}", fg="red", err=True)
-        raise typer.Exit(2) from None
-    except FileNotFoundError as err:  # model.path: no such folder, or a Hub id that cannot be had
-        if not str(err).startswith("load_model:"):
-            raise
-        typer.secho(f"model error: model.path={cfg.model.path!r}: {err}", fg="red", err=True)
-        raise typer.Exit(2) from None
+        trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
+        result = trainer.train()
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
-    typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+    if result.final_eval and "all" in result.final_eval:
+        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+    else:
+        typer.echo(f"done: {result.run_dir} (no evaluation prompts: data.eval_size=0 or too few rows)")
 
 
 def sft(
@@ -107,33 +113,6 @@ def sft(
     typer.echo(f"saved {out_dir}: {result.steps} steps, greedy accuracy {result.accuracy:.3f}")
 
 
-def demo(
-    out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
-    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 100)")] = None,
-    seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
-) -> None:
-    """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
-    from hadw.train.demo import DemoSettings, run_demo
-
-    _quiet_transformers()
-    settings = DemoSettings(out_dir=out_dir, seed=seed)
-    if steps is not None:
-        settings.steps = steps
-    run_demo(settings)
-
-
-def plot(
-    run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders (with metrics.jsonl)")],
-    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("curves.png"),
-) -> None:
-    """Draw the training curves (accuracy, anchor) of finished or running runs."""
-    from hadw.train.demo import plot_runs
-
-    typer.echo(plot_runs({d.name: d for d in run_dirs}, out))
-
-
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
     app.command("sft")(sft)
-    app.command("demo")(demo)
-    app.command("plot")(plot)

@@ -13,14 +13,16 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
+from hadw.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value or key is invalid; the message names the key and what is allowed."""
 
 
@@ -41,7 +43,13 @@ class ModelConfig:
     # A checkpoint folder (any HF causal LM) or a Hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded
     # with a progress bar when online, read from the cache offline); empty = build the tiny model.
     path: str = ""
-    dtype: str = "float32"  # float32 | bfloat16; float32 keeps CPU runs bit-for-bit reproducible
+    # Storage dtype of the trained weights, gradients and AdamW state. Only float32: AdamW steps of
+    # lr ~1e-6 are below bfloat16's resolution, so bf16 weights would barely move (issue 10).
+    dtype: str = "float32"
+    # Dtype of the forward/backward passes (mixed precision via torch.autocast): float32 | bfloat16.
+    # bfloat16 is TRL's `bf16=True` and verl's default on GPU; on CPU it is slower and only worth it
+    # to check a GPU recipe. Master weights stay float32 either way.
+    compute_dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
@@ -74,7 +82,10 @@ class DataConfig:
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
-    eval_size: int = 200  # evaluation prompts per periodic evaluation
+    eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = no evaluation)
+    # Longest prompt (in tokens) a file row may have; longer rows are skipped and counted, so one huge
+    # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens.
+    max_prompt_tokens: int = 0
 
 
 @dataclass
@@ -85,7 +96,7 @@ class RewardConfig:
     functions: list[str] = field(default_factory=lambda: ["exact"])
     weights: list[float] | None = None  # None = all 1.0
     correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
-    timeout_s: float = 5.0  # per-item verification timeout; a hang scores 0 and is counted
+    timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
     isolated: list[str] = field(default_factory=list)
@@ -93,11 +104,15 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (batched sampling with a KV cache) | vllm (GPU, when installed)
+    # Re-score the sampled responses under the policy before the update (the old log-probs of the
+    # ratio): auto = only when model.compute_dtype is not float32 (in float32 the sampler's log-probs
+    # equal a teacher-forced re-scoring bit for bit, so recomputing would cost a forward for nothing)
+    # | always | never. TRL and verl always recompute with a vLLM rollout.
+    recompute_logprobs: str = "auto"
     group_size: int = 8  # G responses per prompt; the paper uses 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
+    top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
+    top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 16  # paper: 4096 on real models; tiny tasks need a handful
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
 
@@ -161,10 +176,10 @@ class HADWConfig:
 @dataclass
 class OptimConfig:
     lr: float = 1e-6  # the paper's; tiny models need ~1e-4
-    weight_decay: float = 0.1
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay (paper: 0.1)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
     warmup_steps: int = 10  # optimiser steps of linear warm-up
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
 
 @dataclass
@@ -176,27 +191,26 @@ class TrainConfig:
     # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
     # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.
     micro_batch_size: int = 0
-    seed: int = 0
-    output_dir: str = "runs/default"
+    seed: int = 0  # seeds the model init, prompt order and sampling; a run is a function of its seed
+    output_dir: str = "runs/default"  # the run folder (refused when it holds another run; see --resume/--overwrite)
     eval_every: int = 0  # steps between evaluations (0 = only at the end)
-    eval_greedy: bool = True
     num_threads: int = 0  # torch CPU threads (0 = torch's default); 1 per process when runs share cores
 
 
 @dataclass
 class LoggingConfig:
     progress: bool = True  # a progress bar with live reward / accuracy
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "hadw"
+    tensorboard: bool = False  # also write the metrics to <output_dir>/tensorboard (needs the tensorboard extra)
+    wandb: bool = False  # also log to Weights & Biases (needs wandb and a login); --resume continues the W&B run
+    wandb_project: str = "hadw"  # the W&B project of the run
     sample_every: int = 10  # log a few completions every N steps (0 = never)
-    num_samples: int = 4
+    num_samples: int = 4  # completions written to samples.jsonl each time
 
 
 @dataclass
 class CheckpointConfig:
     every: int = 0  # steps between checkpoints (0 = only at the end)
-    keep_last: int = 2  # older checkpoints are deleted
+    keep_last: int = 2  # older checkpoints are deleted; >= 1 (the latest is what --resume needs)
 
 
 @dataclass
@@ -243,7 +257,17 @@ def _known_keys(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
+# Keys that existed once: say what replaced them instead of "unknown key".
+REMOVED_KEYS = {
+    "rollout.engine": "the native trainer samples with transformers (CPU / one GPU); for vLLM rollouts use the "
+    "TRL script examples/trl/math_grpo_hadw.py (use_vllm, colocate) or the verl scripts in examples/verl/",
+    "train.eval_greedy": "evaluation during training is always greedy; drop the key",
+}
+
+
 def _unknown_key_error(key: str) -> ConfigError:
+    if key in REMOVED_KEYS:
+        return ConfigError(f"config key {key!r} was removed: {REMOVED_KEYS[key]}")
     keys = _known_keys(Config)
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     if not close:  # a typo in the last part only: compare against the section's keys
@@ -258,13 +282,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     merged = OmegaConf.structured(Config)
     sources = []
     if path:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file not found: {path}")
-        sources.append(OmegaConf.load(path))
+        sources.append(_load_yaml(Path(path)))
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
-        sources.append(OmegaConf.from_dotlist([item]))
+        try:
+            sources.append(OmegaConf.from_dotlist([item]))
+        except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
+            key, value = item.split("=", 1)
+            source = OmegaConf.create()
+            OmegaConf.update(source, key, value, force_add=True)
+            sources.append(source)
+        except Exception as err:
+            raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
@@ -277,6 +307,58 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
+def _yaml_error(path: str, err: yaml.YAMLError) -> str:
+    """One line: where the YAML broke and the usual cause (an unquoted value with {, }, : or #)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return (
+        f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
+        "e.g. template: \"{question} Answer:\""
+    )
+
+
+def _check_template(template: str) -> None:
+    from hadw.data.templates import TEMPLATES, fill_template
+
+    if template in TEMPLATES:
+        return
+    what = f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string"
+    if "{question}" not in template:
+        raise ConfigError(f"{what} with {{question}}")
+    try:
+        fill_template("x", template)
+    except (ValueError, KeyError, IndexError) as err:
+        raise ConfigError(f"{what}: {type(err).__name__}: {err}; write literal braces as {{{{ }}}}") from None
+
+
+def _load_yaml(path: Path):
+    """The YAML file as an OmegaConf mapping; every way it can be wrong is a one-line ConfigError."""
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; pass a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")  # a UTF-8 BOM is accepted
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#x})") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error(str(path), err)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (model:, data:, ...), got a {type(data).__name__}")
+    try:
+        return OmegaConf.create(data)
+    except Exception as err:  # e.g. non-string keys
+        raise ConfigError(f"{path}: {str(err).splitlines()[0]}") from None
+
+
 def _choice(key: str, value: Any, allowed) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
@@ -287,10 +369,21 @@ def _range(key: str, value: float, low: float, high: float) -> None:
         raise ConfigError(f"{key}={value} is out of range; allowed: [{low}, {high}]")
 
 
+def _above(key: str, value: float, low: float) -> None:
+    if not value > low:
+        raise ConfigError(f"{key}={value} is not allowed; must be > {low:g}")
+
+
 def validate(cfg: Config) -> None:
     """Check every enumerated and bounded field; the message names the key and the allowed values."""
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
-    _choice("model.dtype", cfg.model.dtype, ("float32", "bfloat16"))
+    if cfg.model.dtype != "float32":
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype!r} would train {cfg.model.dtype} weights directly (AdamW updates below "
+            "its resolution are lost); keep model.dtype=float32 and set model.compute_dtype=bfloat16 for "
+            "mixed precision"
+        )
+    _choice("model.compute_dtype", cfg.model.compute_dtype, ("float32", "bfloat16"))
     _choice("model.device", cfg.model.device, ("auto", "cpu", "cuda"))
     _choice("model.tiny.arch", cfg.model.tiny.arch, ("qwen2", "llama"))
     _choice("algorithm.preset", a.preset, tuple(LOSS_PRESETS))
@@ -304,8 +397,9 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
+    _check_template(cfg.data.template)
     _check_data_fields(cfg.data)
-    _choice("rollout.engine", r.engine, ("hf", "vllm"))
+    _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)
@@ -314,8 +408,38 @@ def validate(cfg: Config) -> None:
     _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
     _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
     _range("hadw.window_k", cfg.hadw.window_k, 1, 1 << 20)
+    _above("optim.lr", cfg.optim.lr, 0.0)
     _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
     _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
+    _range("optim.weight_decay", cfg.optim.weight_decay, 0.0, 1e9)
+    _range("optim.warmup_steps", cfg.optim.warmup_steps, 0, 1 << 30)
+    if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
+        raise ConfigError(f"optim.betas={list(cfg.optim.betas)} is not allowed; allowed: two numbers in [0, 1)")
+    for key in ("clip_low", "clip_high"):
+        if getattr(a, key) is not None:
+            _range(f"algorithm.{key}", getattr(a, key), 0.0, 1e9)
+    _range("algorithm.kl_coef", a.kl_coef, 0.0, 1e9)
+    _range("algorithm.entropy_coef", a.entropy_coef, -1e9, 1e9)
+    _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
+    _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
+    _range("rollout.top_k", r.top_k, 0, 1 << 30)
+    _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
+    _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
+    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1e9)
+    _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
+    _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
+    _range("train.eval_every", t.eval_every, 0, 1 << 30)
+    _range("train.num_threads", t.num_threads, 0, 4096)
+    _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
+    _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
+    _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)
+    _range("data.max_prompt_tokens", cfg.data.max_prompt_tokens, 0, 1 << 30)
+    if cfg.data.limit is not None:
+        _range("data.limit", cfg.data.limit, 1, 1 << 40)
+    _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
+    _check_data(cfg.data)
+    if not cfg.train.output_dir.strip():
+        raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")
     _range("train.steps", t.steps, 0, 1 << 30)
     _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
     _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)
@@ -333,6 +457,29 @@ def validate(cfg: Config) -> None:
             )
     for i, name in enumerate(rw.functions):
         _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
+
+
+def _check_data(data: DataConfig) -> None:
+    """Task names and levels are known before any model is loaded (templates: _check_template; layout and
+    fields: _check_data_fields)."""
+    from hadw.data import TASKS
+
+    for key in ("source", "eval_source"):
+        value = getattr(data, key)
+        if not value and key == "eval_source":
+            continue
+        if not value.strip():
+            raise ConfigError(f"data.{key} is empty; allowed: task:<name>, benchmark:<name>, or a file path")
+        if value.startswith("task:"):
+            name = value.split(":", 1)[1]
+            _choice(f"data.{key}", value, tuple(f"task:{t}" for t in TASKS))
+            if data.levels is not None:
+                allowed = TASKS[name].levels
+                bad = [level for level in data.levels if level not in allowed]
+                if bad or not data.levels:
+                    raise ConfigError(
+                        f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}"
+                    )
 
 
 def _check_data_fields(data: DataConfig) -> None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
+from hadw.errors import UserError
+
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+
+
+class MetricsFileError(UserError, ValueError):
+    """A metrics / samples log with a corrupt line that is not the last one."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -19,9 +26,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL log. A last line cut short (full disk, kill -9 mid-write) is dropped with a
+    warning; a bad line elsewhere raises ValueError naming the file and line."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if any(rest.strip() for rest in lines[number:]):
+                raise MetricsFileError(f"{path}:{number}: not a JSON record ({err.msg})") from None
+            warnings.warn(f"{path}:{number}: dropped an unfinished last line (the run was cut off)", stacklevel=2)
+    return records
 
 
 class MetricsLogger:
@@ -40,7 +60,10 @@ class MetricsLogger:
             for name in (METRICS_FILE, SAMPLES_FILE):
                 kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step and not r.get("final")]
                 tmp = run_dir / f".{name}.tmp"
-                tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+                with tmp.open("w", encoding="utf-8") as f:
+                    f.write("".join(json.dumps(r) + "\n" for r in kept))
+                    f.flush()
+                    os.fsync(f.fileno())
                 os.replace(tmp, run_dir / name)
         self._metrics = (run_dir / METRICS_FILE).open("a", encoding="utf-8")
         self._samples = (run_dir / SAMPLES_FILE).open("a", encoding="utf-8")

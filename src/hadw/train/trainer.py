@@ -9,9 +9,16 @@ One step, top to bottom (method.md, "the product in one picture"):
 from __future__ import annotations
 
 import math
+import os
 import random
+import shutil
+import signal
+import sys
+import threading
 import time
-from dataclasses import dataclass
+import warnings
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +28,32 @@ import torch
 from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
+from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
+from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
-from hadw.rollout import RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model, make_engine
-from hadw.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from hadw.train.config import Config, config_to_yaml
+from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.models import is_hub_id
+from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
+from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
+from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
+
+
+class Interrupted(UserError):
+    """SIGINT / SIGTERM stopped the run at a safe point; exit 130 (SIGINT) or 143 (SIGTERM)."""
+
+    prefix = ""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -40,6 +61,43 @@ class TrainResult:
     run_dir: Path
     steps: int
     final_eval: dict[str, dict[str, float]] | None
+
+
+@dataclass
+class MiniBatch:
+    """Rows of a rollout batch on the training device; slicing or indexing it selects rows of every field.
+
+    input_ids, attention_mask: [B, P + R] (prompt left-padded, response right-padded);
+    response_mask, old_logprobs, ref_logprobs: [B, R]; advantages: [B] (Â·Φ, one per response).
+    ref_logprobs is None without a KL term.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, rows) -> MiniBatch:
+        return MiniBatch(**{f.name: _take(getattr(self, f.name), rows) for f in fields(self)})
+
+
+def _take(tensor: torch.Tensor | None, rows) -> torch.Tensor | None:
+    return None if tensor is None else tensor[rows]
+
+
+def _check_master_weights(model) -> None:
+    """Refuse to train non-float32 weights: AdamW steps below bf16/fp16 resolution would be lost."""
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
+    if dtypes - {torch.float32}:
+        raise ConfigError(
+            f"the model's trainable weights are {sorted(map(str, dtypes))}; train float32 master weights "
+            "(model.dtype=float32) with model.compute_dtype=bfloat16 for mixed precision"
+        )
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -51,20 +109,56 @@ def warmup_lambda(warmup_steps: int):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, model=None, tokenizer=None, resume: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        model=None,
+        tokenizer=None,
+        resume: bool = False,
+        overwrite: bool = False,
+        accept_changes: bool = False,
+    ):
+        """resume: continue from run_dir's latest checkpoint. overwrite: move a run already in run_dir
+        aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
+        difference raises RunDirError listing them)."""
         self.cfg = cfg
         self.run_dir = Path(cfg.train.output_dir)
+        # Lock and check the folder before anything is written to it (init_model, logs).
+        self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
+        if aside is not None:
+            print(f"moved the previous run in {self.run_dir} to {aside}", file=sys.stderr)
+        self._stop_signal: int | None = None
+        try:
+            self._setup(model, tokenizer, resume, accept_changes)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _setup(self, model, tokenizer, resume: bool, accept_changes: bool) -> None:
+        cfg = self.cfg
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
+        try:  # before the model: a bad data file fails in a second, not after loading a large model
+            self.source = PromptSource(cfg.data, cfg.train.seed)
+        except ValueError as err:
+            if isinstance(err, UserError):
+                raise
+            raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
         if model is None:
             model, tokenizer = self._load_model()
+        _check_master_weights(model)
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
-        engine_options = {"max_batch_size": cfg.rollout.max_batch_size} if cfg.rollout.engine == "hf" else {}
-        self.engine = make_engine(cfg.rollout.engine, model, tokenizer, **engine_options)
-        self.source = PromptSource(cfg.data, cfg.train.seed)
+        self.engine = HFRolloutEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
+        # Sampled log-probs equal a teacher-forced re-scoring bit for bit in float32 (see rollout.engine);
+        # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
+        recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
+        self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
+        self._skip_long_prompts()
+        self._no_signal_streak, self._warned_no_signal = 0, False
+        self.no_signal_warning: str | None = None
         self.loss_spec = cfg.algorithm.loss_spec()
         self.reward_specs = [
             RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
@@ -79,21 +173,107 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        restart = False
         if resume and checkpoint is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir} (looked for {self.run_dir}/latest)")
+            if not holds_run(self.run_dir):
+                raise RunDirError(
+                    f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
+                    "run without --resume to start it"
+                )
+            restart = True  # stopped before its first checkpoint: start again from step 0
+            print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
-            self.anchor = anchor_from_state(state["anchor"])
-            self.start_step = state["step"]
+            self._resume_from(checkpoint, accept_changes)
+        self._clean_leftovers()
         self.logger = MetricsLogger(
             self.run_dir,
             cfg.logging.tensorboard,
             cfg.logging.wandb,
             cfg.logging.wandb_project,
             cfg.to_dict(),
-            resume_step=self.start_step if checkpoint is not None else None,
+            resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
         (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+
+    def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
+        """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
+        then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
+        import json
+
+        saved = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")).get("config", {})
+        diffs = config_differences(saved, self.cfg.to_dict())
+        if diffs and not accept_changes:
+            raise RunDirError(
+                f"--resume: the settings differ from the saved run in {checkpoint} ({'; '.join(diffs)}); "
+                "pass the saved values, or --accept-changes to apply the new ones"
+            )
+        state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
+        self.start_step = state["step"]
+        anchor_keys = [d for d in diffs if d.startswith(("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema"))]
+        if anchor_keys:
+            warnings.warn(
+                f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
+                "empty instead of from the saved history",
+                stacklevel=2,
+            )
+        else:
+            self.anchor = anchor_from_state(state["anchor"])
+        if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
+            o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
+            lr = o.lr * schedule(self.scheduler.last_epoch)
+            for group in self.optimizer.param_groups:
+                group.update(lr=lr, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+            self.scheduler.base_lrs = [o.lr for _ in self.optimizer.param_groups]
+            self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
+            print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
+
+    def _clean_leftovers(self) -> None:
+        """Drop half-written checkpoint folders and checkpoints newer than the one resumed from (written by
+        a run killed before it could point `latest` at them; the resumed run rewrites them)."""
+        for tmp in self.run_dir.glob(".tmp-checkpoint-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in self.run_dir.glob(".final_model.tmp*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for path in self.run_dir.glob("checkpoint-*"):
+            if path.name > f"checkpoint-{self.start_step:06d}":
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _skip_long_prompts(self) -> None:
+        """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
+        rollout.max_new_tokens), counting them; a huge row would otherwise blow up memory in generation."""
+        if self.source.task is not None:
+            return
+        limit = self.cfg.data.max_prompt_tokens
+        if limit == 0:
+            context = getattr(self.model.config, "max_position_embeddings", None) or 1 << 30
+            limit = max(context - self.cfg.rollout.max_new_tokens, 1)
+        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
+
+        def fits(problem: Problem) -> bool:
+            text = render_prompt(problem, self.cfg.data.template, self.tokenizer, chat)
+            # A token covers at least one character in practice, so short texts need no tokenising, and
+            # a text 64x over the limit is skipped without tokenising it at all (that is the blow-up).
+            if len(text) <= limit:
+                return True
+            return len(text) <= 64 * limit and len(self.tokenizer(text, add_special_tokens=False).input_ids) <= limit
+
+        kept = [p for p in self.source.problems if fits(p)]
+        held_out = [p for p in self.source._held_out if fits(p)]
+        skipped = len(self.source.problems) + len(self.source._held_out) - len(kept) - len(held_out)
+        self.source.num_skipped = skipped
+        if skipped:
+            print(
+                f"data.source={self.cfg.data.source}: skipped {skipped} rows whose prompt is longer than "
+                f"{limit} tokens (data.max_prompt_tokens)",
+                file=sys.stderr,
+            )
+        if not kept:
+            raise ConfigError(
+                f"data.source={self.cfg.data.source!r}: every training row is longer than {limit} tokens "
+                "(data.max_prompt_tokens)"
+            )
+        self.source._held_out = held_out
+        self.source.problems = kept
 
     # ------------------------------------------------------------------------------------ setup
     @staticmethod
@@ -105,7 +285,13 @@ class Trainer:
     def _load_model(self):
         m = self.cfg.model
         path = m.path
-        if not path:
+        if path:
+            model_dir = Path(path)
+            if not model_dir.exists() and not is_hub_id(path):  # else load_model tries it as a Hub id
+                raise ConfigError(f"model.path={path}: no such folder")
+            if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
+                raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
+        else:
             t = m.tiny
             path = build_tiny_model(
                 self.run_dir / "init_model",
@@ -117,10 +303,23 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
-        model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
+        try:
+            model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
+        except (OSError, ValueError) as err:
+            if isinstance(err, UserError):  # e.g. offline and not cached: already one clear line
+                raise
+            line = " ".join(str(err).split())[:300]
+            raise ConfigError(f"model.path={path}: cannot load the model: {line}") from None
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model, tokenizer
+
+    def autocast(self) -> AbstractContextManager:
+        """Forward passes in model.compute_dtype (mixed precision); a no-op in float32."""
+        dtype = self.cfg.model.compute_dtype
+        if dtype == "float32":
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, dtype))
 
     def _load_reference(self):
         import copy
@@ -149,7 +348,8 @@ class Trainer:
         )
         t0 = time.perf_counter()
         self.model.eval()
-        batch = self.engine.generate(self._prompt_ids(problems), params)
+        with self.autocast():
+            batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
         rows = [problems[i] for i in batch.prompt_index.tolist()]
         answers = [p.answer for p in rows]
@@ -181,8 +381,7 @@ class Trainer:
             total += overlong_penalty(
                 batch.response_lengths, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty
             )
-        options = {"std": a.std} if a.advantage != "drgrpo" else {}
-        adv = compute_advantages(total, rollout.group_ids, a.advantage, **options)
+        adv = compute_advantages(total, rollout.group_ids, a.advantage, std=a.std)
         hadw = apply_hadw(
             adv.advantages,
             rollout.rewards.correctness,
@@ -197,85 +396,79 @@ class Trainer:
         return hadw.advantages, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
-        """PPO-style epochs over group-aligned mini-batches; returns averaged loss metrics."""
-        cfg = self.cfg
-        response_mask = batch.response_mask.clone()
-        if cfg.algorithm.overlong == "mask":  # truncated responses carry no learning signal
-            response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
-        input_ids, attention_mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
-        response_mask, advantages = response_mask.to(self.device), advantages.to(self.device)
-        temperature = cfg.rollout.temperature
-        old_logprobs = batch.logprobs.to(self.device)
-        if cfg.rollout.engine != "hf":  # another engine's numerics (vLLM, bf16 kernels): re-score exactly
-            old_logprobs = self._score(self.model, input_ids, attention_mask, response_mask, temperature)
-        ref_logprobs = None
-        if self.ref_model is not None:
-            ref_logprobs = self._score(self.ref_model, input_ids, attention_mask, response_mask, temperature)
+        """PPO-style epochs over group-aligned mini-batches of the rollout batch; returns averaged metrics.
 
-        group_size = cfg.rollout.group_size
-        num_groups = len(batch) // group_size
-        generator = torch.Generator().manual_seed(_step_seed(cfg.train.seed, step, 1 << 20))
+        batch: N = P·G rows, each prompt's G responses contiguous; advantages: [N].
+        """
+        data = self._minibatch_source(batch, advantages)
+        group_size, per_step = self.cfg.rollout.group_size, self.cfg.train.mini_batch_prompts
+        num_groups = len(data) // group_size
+        generator = torch.Generator().manual_seed(_step_seed(self.cfg.train.seed, step, 1 << 20))
         self.model.train()
         history: list[dict[str, float]] = []
-        for _ in range(cfg.train.ppo_epochs):
+        for _epoch in range(self.cfg.train.ppo_epochs):
             order = torch.randperm(num_groups, generator=generator)
-            for start in range(0, num_groups, cfg.train.mini_batch_prompts):
-                groups = order[start : start + cfg.train.mini_batch_prompts]
+            for start in range(0, num_groups, per_step):
+                groups = order[start : start + per_step]
                 rows = (groups[:, None] * group_size + torch.arange(group_size)).flatten().to(self.device)
-                history.append(
-                    self._optimiser_step(
-                        input_ids[rows],
-                        attention_mask[rows],
-                        response_mask[rows],
-                        old_logprobs[rows],
-                        advantages[rows],
-                        None if ref_logprobs is None else ref_logprobs[rows],
-                        temperature,
-                        step,
-                    )
-                )
-        if hasattr(self.engine, "sync_weights"):  # engines holding their own copy of the weights
-            self.engine.sync_weights(self.model)
+                history.append(self._optimiser_step(data[rows], step))
         return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
 
-    def _score(self, model, ids, mask, response_mask, temperature) -> torch.Tensor:
-        """Log-probs [N, R] under `model` without a graph, in micro-batches."""
-        size = self.cfg.train.micro_batch_size or len(ids)
-        with torch.no_grad():
-            return torch.cat(
-                [
-                    compute_logprobs(
-                        model, ids[i : i + size], mask[i : i + size], response_mask[i : i + size], temperature
-                    )
-                    for i in range(0, len(ids), size)
-                ]
-            )
+    def _minibatch_source(self, batch: RolloutBatch, advantages: torch.Tensor) -> MiniBatch:
+        """The whole rollout batch on the training device, with the log-probs the loss compares against."""
+        response_mask = batch.response_mask.clone()
+        if self.cfg.algorithm.overlong == "mask":  # truncated responses carry no learning signal
+            response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
+        data = MiniBatch(
+            input_ids=batch.input_ids.to(self.device),
+            attention_mask=batch.attention_mask.to(self.device),
+            response_mask=response_mask.to(self.device),
+            old_logprobs=batch.logprobs.to(self.device),
+            advantages=advantages.to(self.device),
+        )
+        if self._recompute_logprobs:  # sampled log-probs carry the cached decoder's numerics: re-score
+            data.old_logprobs = self._score(self.model, data)
+        if self.ref_model is not None:
+            data.ref_logprobs = self._score(self.ref_model, data)
+        return data
 
-    def _optimiser_step(self, ids, mask, response_mask, old_logprobs, advantages, ref_logprobs, temperature, step):
+    def _score(self, model, data: MiniBatch) -> torch.Tensor:
+        """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
+        size = self.cfg.train.micro_batch_size or len(data)
+        with torch.no_grad(), self.autocast():
+            return torch.cat([self._logprobs(model, data[i : i + size])[0] for i in range(0, len(data), size)])
+
+    def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
+        return compute_logprobs(
+            model, mb.input_ids, mb.attention_mask, mb.response_mask, self.cfg.rollout.temperature, return_entropy=True
+        )
+
+    def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
         """One optimiser step on one mini-batch, accumulating gradients over micro-batches.
 
         Each micro-batch's loss is weighted by its share of the mini-batch (tokens for token-mean, responses
         otherwise), so the accumulated gradient is that of the unsplit mini-batch loss. Metrics are averaged
-        with the same weights.
+        with the same weights. The forward runs under autocast (model.compute_dtype); weights, gradients
+        and AdamW state stay in the storage dtype (float32 master weights).
         """
-        size = self.cfg.train.micro_batch_size or len(ids)
+        size = self.cfg.train.micro_batch_size or len(mb)
         token_level = self.loss_spec.aggregation == "token-mean"
-        share = lambda sl: float(response_mask[sl].sum()) if token_level else float(len(ids[sl]))
-        total = max(share(slice(None)), 1.0)
+        share = lambda micro: float(micro.response_mask.sum()) if token_level else float(len(micro))
+        total = max(share(mb), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
-        for start in range(0, len(ids), size):
-            sl = slice(start, start + size)
-            logprobs, entropy = compute_logprobs(
-                self.model, ids[sl], mask[sl], response_mask[sl], temperature, return_entropy=True
-            )
+        for start in range(0, len(mb), size):
+            micro = mb[start : start + size]
+            with self.autocast():
+                logprobs, entropy = self._logprobs(self.model, micro)
             loss, micro_metrics = policy_loss(
                 logprobs,
-                old_logprobs[sl],
-                advantages[sl],
-                response_mask[sl],
+                micro.old_logprobs,
+                micro.advantages,
+                micro.response_mask,
                 self.loss_spec,
-                ref_logprobs=None if ref_logprobs is None else ref_logprobs[sl],
+                ref_logprobs=micro.ref_logprobs,
                 entropy=entropy.detach(),
             )
             if not torch.isfinite(loss):
@@ -284,7 +477,7 @@ class Trainer:
                     f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
                     "optim.lr or check the rewards."
                 )
-            weight = share(sl) / total
+            weight = share(micro) / total
             (loss * weight).backward()
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
@@ -317,23 +510,52 @@ class Trainer:
         metrics["time/update"] = t_update
         metrics["time/step"] = rollout.generate_s + rollout.reward_s + t_update
         metrics["perf/tokens_per_s"] = float(rollout.batch.response_mask.sum()) / max(metrics["time/step"], 1e-9)
+        metrics |= peak_memory_metrics()
+        self._warn_if_no_signal(step, metrics["batch/degenerate_frac"])
         return metrics
+
+    NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
+
+    def _warn_if_no_signal(self, step: int, degenerate_frac: float) -> None:
+        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all)."""
+        self._no_signal_streak = self._no_signal_streak + 1 if degenerate_frac >= 1.0 else 0
+        if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
+            return
+        self._warned_no_signal = True
+        cfg = self.cfg
+        model = cfg.model.path or self.run_dir / "init_model"
+        message = (
+            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
+            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+            "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
+            "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
+            f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
+            f"(reward.functions={list(cfg.reward.functions)}). Look at the completions: hadw eval {model} "
+            f"--data {cfg.data.source} --max-new-tokens {cfg.rollout.max_new_tokens} --samples samples.jsonl"
+        )
+        self.no_signal_warning = message
+        print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self) -> dict[str, dict[str, float]]:
-        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor)."""
+        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor); {} when there are
+        none (data.eval_size=0, or a file too small to hold any out)."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
-        report = evaluate(
-            self.model,
-            self.tokenizer,
-            self.source.eval_problems(),
-            self.cfg.data.template,
-            self.cfg.reward.correctness,
-            temperature=0.0,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            engine=self.engine,
-            use_chat_template=chat,
-        )
+        problems = self.source.eval_problems()
+        if not problems:
+            return {}
+        with self.autocast():
+            report = evaluate(
+                self.model,
+                self.tokenizer,
+                problems,
+                self.cfg.data.template,
+                self.cfg.reward.correctness,
+                temperature=0.0,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                engine=self.engine,
+                use_chat_template=chat,
+            )
         return report.summary
 
     def checkpoint(self, step: int) -> Path:
@@ -366,6 +588,7 @@ class Trainer:
             disable=not show,
             dynamic_ncols=True,
         )
+        previous = self._install_signal_handlers()
         try:
             for step in bar:
                 metrics = self.train_step(step)
@@ -378,18 +601,70 @@ class Trainer:
                     acc=f"{metrics['reward/accuracy']:.3f}",
                     C=f"{metrics['hadw/anchor']:.2f}",
                 )
+                if self._stop_signal is not None and done < cfg.train.steps:
+                    self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate()
             self.logger.log(cfg.train.steps, {"final": 1.0, **_flatten_eval(final_eval)})
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
-            self.model.save_pretrained(self.run_dir / "final_model")
-            self.tokenizer.save_pretrained(self.run_dir / "final_model")
+            self._save_final_model()
+        except KeyboardInterrupt:  # a second Ctrl-C: abandon the step; the last checkpoint stays intact
+            raise self._interrupted(signal.SIGINT) from None
         finally:
+            self._restore_signal_handlers(previous)
+            for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
+                shutil.rmtree(tmp, ignore_errors=True)
             bar.close()
             self.logger.close()
+            self._lock.release()
         return TrainResult(self.run_dir, cfg.train.steps, final_eval)
+
+    # ------------------------------------------------------------------------------------ stopping
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        """SIGINT / SIGTERM set a flag; the loop stops after the current step (a second SIGINT abandons
+        it). Only the main thread can install handlers; elsewhere the defaults stay."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+            print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    def _stop(self, done: int) -> None:
+        self.checkpoint(done)
+        raise self._interrupted(self._stop_signal or signal.SIGINT)
+
+    def _interrupted(self, signum: int) -> Interrupted:
+        last = latest_checkpoint(self.run_dir)
+        import shlex
+
+        argv = shlex.join(sys.argv[1:]) if sys.argv and "hadw" in sys.argv[0] else "train ..."
+        command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
+        return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
+
+    def _save_final_model(self) -> None:
+        """final_model/ is written under a temporary name, fsynced and renamed: never half there."""
+        final, tmp = self.run_dir / "final_model", self.run_dir / f".final_model.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        replace_dir(tmp, final)
+        fsync_path(self.run_dir)
 
 
 def _flatten_eval(summary: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -28,6 +28,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
 from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+from hadw.core.anchors import anchor_setting_changes
 from hadw.integrations.verl import ESTIMATOR_NAME
 
 logger = logging.getLogger(__name__)
@@ -89,9 +90,23 @@ class AnchorStore:
     def get(self, options: HADWOptions) -> Anchor:
         spec = options.anchor_spec()
         if self.anchor is None or spec != self.spec:
+            if self.anchor is not None:
+                logger.warning(
+                    "HA-DW: algorithm.hadw anchor settings changed from %s to %s; THE ANCHOR STARTS EMPTY",
+                    self.spec,
+                    spec,
+                )
             self.anchor, self.spec = make_anchor(**spec), spec
             if self.pending is not None:
-                self.anchor.load_state_dict(self.pending)
+                changes = anchor_setting_changes(self.pending, self.anchor)
+                if changes:  # never let the saved settings silently win, nor fail the resume
+                    logger.warning(
+                        "HA-DW: the resumed checkpoint's anchor has other settings (%s); THE ANCHOR STARTS EMPTY "
+                        "with the configured ones. Keep algorithm.hadw as saved to continue its history.",
+                        "; ".join(changes),
+                    )
+                else:
+                    self.anchor.load_state_dict(self.pending)
                 self.pending = None
         return self.anchor
 

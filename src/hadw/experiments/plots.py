@@ -1,4 +1,5 @@
-"""Figures of `hadw compare` (learning curves with bands, final accuracy per level) and `hadw probe`."""
+"""Figures of runs: `hadw compare` (learning curves with bands, final accuracy per level), `hadw plot` and the
+demo (training curves, final accuracy per level), and `hadw probe` (the bias on your own model)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hadw.eval.compare import CompareResult, RunLog, curve
 from hadw.eval.report import bucket_order
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never open a window
-    import matplotlib.pyplot as plt
-
-    return plt
+from hadw.experiments.compare import CompareResult, RunLog, curve
+from hadw.plotting import COLORS, save, subplots
+from hadw.train.metrics_log import METRICS_FILE, read_jsonl
 
 
 def plot_compare(
@@ -30,12 +24,10 @@ def plot_compare(
 ) -> Path:
     """Learning curves (mean over seeds, t band) per curve metric; final metric per bucket with intervals;
     and each arm's seed-paired difference to the baseline per bucket (the comparison that matters)."""
-    plt = _pyplot()
     panels = len(curve_metrics) + 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 4.2), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    color = {arm: colors[i % len(colors)] for i, arm in enumerate(result.arms)}
-    for ax, metric in zip(axes[0], curve_metrics, strict=False):
+    fig, axes = subplots(1, panels, figsize=(5.0 * panels, 4.2))
+    color = {arm: COLORS[i % len(COLORS)] for i, arm in enumerate(result.arms)}
+    for ax, metric in zip(axes, curve_metrics, strict=False):
         for arm, by_seed in runs.items():
             steps, mean, low, high = curve(list(by_seed.values()), metric, smooth, result.confidence)
             if steps.size:
@@ -51,7 +43,7 @@ def plot_compare(
     )
     buckets = [k[len("eval/") : -len(suffix)] for k in keys]
     x = np.arange(len(keys))
-    ax_final, ax_diff = axes[0][-2], axes[0][-1]
+    ax_final, ax_diff = axes[-2], axes[-1]
     _interval_bars(
         ax_final, x, [[result.metrics[k].arms.get(a) for k in keys] for a in result.arms], result.arms, color
     )
@@ -70,10 +62,7 @@ def plot_compare(
         ax.grid(axis="y", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, path)
 
 
 def _interval_bars(ax, x: np.ndarray, series: list[list], names: list[str], color: dict[str, str]) -> None:
@@ -89,8 +78,7 @@ def plot_probe(path: str | Path, report) -> Path:
     """Figure 1(b) on your model: std-normalised group vs reference advantages per p bucket, and the bias vs theory."""
     from hadw.theory import bias as theory_bias
 
-    plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2) = subplots(1, 2, figsize=(11, 4.2))
     labels = [k for k in report.buckets if k.startswith("p∈")]
     rows = [report.buckets[k] for k in labels]
     x = np.arange(len(labels))
@@ -133,7 +121,51 @@ def plot_probe(path: str | Path, report) -> Path:
         xlim=(0, 1),
     )
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, path)
+
+
+def plot_runs(
+    runs: dict[str, Path], path: Path, smooth: int = 5, initial: dict[str, dict[str, float]] | None = None
+) -> Path:
+    """Training accuracy (moving average) and anchor C per step for each run; with `initial` (the warm
+    start's evaluation summary) also the final greedy accuracy by level. One PNG."""
+    panels = 3 if initial is not None else 2
+    fig, axes = subplots(1, panels, figsize=(5.5 * panels, 4))
+    ax_acc, ax_c = axes[0], axes[1]
+    for name, run_dir in runs.items():
+        records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
+        steps = [r["step"] for r in records]
+        acc = [r["reward/accuracy"] for r in records]
+        window = [acc[max(0, i - smooth + 1) : i + 1] for i in range(len(acc))]
+        ax_acc.plot(steps, [sum(w) / len(w) for w in window], label=name)
+        ax_c.plot(steps, [r["hadw/anchor"] for r in records], label=name)
+    ax_acc.set(xlabel="training step", ylabel=f"rollout accuracy, T=1 ({smooth}-step mean)", title="Rollout accuracy")
+    ax_c.set(xlabel="training step", ylabel="anchor C (window, k=10)", title="Difficulty anchor")
+    if initial is not None:
+        _plot_levels(axes[2], runs, initial)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return save(fig, path)
+
+
+def _plot_levels(ax, runs: dict[str, Path], initial: dict[str, dict[str, float]]) -> None:
+    buckets = [b for b in sorted(initial) if "/L" in b] + ["all"]
+    series = {"warm start": [initial[b]["avg@k"] for b in buckets]}
+    series |= {name: [final_eval(run_dir)[b] for b in buckets] for name, run_dir in runs.items()}
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(buckets))], values, width, label=name)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(buckets))])
+    ax.set_xticklabels([b.split("/")[-1] for b in buckets])
+    ax.set(xlabel="difficulty level", ylabel="greedy accuracy (held-out)", title="Final evaluation", ylim=(0, 1.05))
+
+
+def final_eval(run_dir: Path) -> dict[str, float]:
+    """Greedy accuracy per bucket from the final evaluation of a finished run."""
+    final = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final")]
+    if not final:
+        raise RuntimeError(f"run {run_dir} did not finish; see its metrics.jsonl")
+    prefix, suffix = "eval/", "/avg@k"
+    record = final[-1]
+    return {k[len(prefix) : -len(suffix)]: v for k, v in record.items() if k.startswith(prefix) and k.endswith(suffix)}

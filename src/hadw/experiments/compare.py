@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hadw.eval.stats import Interval, PairedDifference, interval, paired_difference
+from hadw.experiments.stats import Interval, PairedDifference, interval, paired_difference
 from hadw.train.metrics_log import METRICS_FILE, read_jsonl
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")

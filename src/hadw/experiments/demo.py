@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from hadw.experiments.plots import final_eval, plot_runs
 from hadw.train.config import load_config
 from hadw.train.metrics_log import METRICS_FILE, read_jsonl
 
@@ -152,15 +153,6 @@ def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
             progress.update(tasks[name], completed=steps)
 
 
-def _final_eval(run_dir: Path) -> dict[str, float]:
-    final = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final")]
-    if not final:
-        raise RuntimeError(f"run {run_dir} did not finish; see its metrics.jsonl")
-    prefix, suffix = "eval/", "/avg@k"
-    record = final[-1]
-    return {k[len(prefix) : -len(suffix)]: v for k, v in record.items() if k.startswith(prefix) and k.endswith(suffix)}
-
-
 def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[str, float]]) -> str:
     """Markdown table: greedy accuracy by bucket for the warm start and each arm."""
     buckets = [b for b in sorted(initial) if b.startswith(f"{DEMO_TASK}/")] + ["all"]
@@ -171,51 +163,6 @@ def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[s
         row = [f"{finals[n][b]:.3f} ({finals[n][b] - initial[b]['avg@k']:+.3f})" for n in names]
         lines.append(f"| {label} | {int(initial[b]['count'])} | {initial[b]['avg@k']:.3f} | " + " | ".join(row) + " |")
     return "\n".join(lines)
-
-
-def plot_runs(
-    runs: dict[str, Path], path: Path, smooth: int = 5, initial: dict[str, dict[str, float]] | None = None
-) -> Path:
-    """Training accuracy (moving average) and anchor C per step for each run; with `initial` (the warm
-    start's evaluation summary) also the final greedy accuracy by level. One PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = 3 if initial is not None else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
-    ax_acc, ax_c = axes[0], axes[1]
-    for name, run_dir in runs.items():
-        records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
-        steps = [r["step"] for r in records]
-        acc = [r["reward/accuracy"] for r in records]
-        window = [acc[max(0, i - smooth + 1) : i + 1] for i in range(len(acc))]
-        ax_acc.plot(steps, [sum(w) / len(w) for w in window], label=name)
-        ax_c.plot(steps, [r["hadw/anchor"] for r in records], label=name)
-    ax_acc.set(xlabel="training step", ylabel=f"rollout accuracy, T=1 ({smooth}-step mean)", title="Rollout accuracy")
-    ax_c.set(xlabel="training step", ylabel="anchor C (window, k=10)", title="Difficulty anchor")
-    if initial is not None:
-        _plot_levels(axes[2], runs, initial)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _plot_levels(ax, runs: dict[str, Path], initial: dict[str, dict[str, float]]) -> None:
-    buckets = [b for b in sorted(initial) if "/L" in b] + ["all"]
-    series = {"warm start": [initial[b]["avg@k"] for b in buckets]}
-    series |= {name: [_final_eval(run_dir)[b] for b in buckets] for name, run_dir in runs.items()}
-    width = 0.8 / len(series)
-    for i, (name, values) in enumerate(series.items()):
-        ax.bar([x + i * width for x in range(len(buckets))], values, width, label=name)
-    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(buckets))])
-    ax.set_xticklabels([b.split("/")[-1] for b in buckets])
-    ax.set(xlabel="difficulty level", ylabel="greedy accuracy (held-out)", title="Final evaluation", ylim=(0, 1.05))
 
 
 def run_demo(settings: DemoSettings) -> str:
@@ -258,7 +205,7 @@ def run_demo(settings: DemoSettings) -> str:
             raise RuntimeError(f"a demo run failed (exit code {p.exitcode}); see {out}")
 
     print("[3/3] greedy accuracy on held-out problems (change vs the warm start):")
-    finals = {name: _final_eval(run_dir) for name, run_dir in runs.items()}
+    finals = {name: final_eval(run_dir) for name, run_dir in runs.items()}
     table = results_table(initial, finals)
     plot = plot_runs(runs, out / "demo_curves.png", initial=initial)
     summary = {"initial": initial, "final": finals, "seconds": time.perf_counter() - start}

@@ -1,0 +1,1 @@
+"""Experiments built from the floors below: multi-seed comparisons, the demo, plots of runs."""

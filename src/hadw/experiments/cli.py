@@ -1,0 +1,139 @@
+"""Commands built from the floors below: `hadw compare` (seeds × configs with intervals), `hadw demo`, `hadw plot`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hadw.cli_lists import parse_ints
+from hadw.eval.cli import JsonOption, _bar, _write_json
+from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
+from hadw.train.cli import _quiet_transformers
+
+
+def compare_cmd(
+    config: Path = typer.Option(None, "--config", "-c", help="Base YAML config of every run."),
+    arm: list[str] = typer.Option(
+        [],
+        "--arm",
+        "-a",
+        help="NAME:OVERRIDES, e.g. 'grpo:' or 'hadw:hadw.enabled=true' or 'g16:rollout.group_size=16'. The first is "
+        "the baseline unless --baseline. Repeat for each arm; omit all to collect the arms already in --out.",
+    ),
+    seeds: str = typer.Option(
+        None, "--seeds", help="Seeds, e.g. 0,1,2 or 0-4; each arm runs every one (default 0-4; collect: all found)."
+    ),
+    override: list[str] = typer.Option([], "--set", "-s", help="key=value applied to every arm (repeat)."),
+    out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="Folder of the runs and the reports."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each)."),
+    collect_only: bool = typer.Option(False, "--collect-only", help="Do not train; aggregate what is in --out."),
+    baseline: str = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the first)."),
+    metric: list[str] = typer.Option(["avg@k"], "--metric", help="Final eval metric name(s) to compare."),
+    curve_metric: list[str] = typer.Option(["reward/accuracy"], "--curve", help="Per-step metric(s) to plot."),
+    smooth: int = typer.Option(5, "--smooth", help="Moving average window of the learning curves."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals, in (0, 1)."),
+    method: str = typer.Option("t", "--interval", help="t (Student t over seeds) | bootstrap (percentile)."),
+    json_path: str = JsonOption,
+) -> None:
+    """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
+    from hadw.experiments import compare as cmp
+    from hadw.experiments.plots import plot_compare
+
+    if method not in ("t", "bootstrap"):
+        raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
+    if not 0 < confidence < 1:
+        raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
+    seed_list = parse_ints(seeds or "0-4", "--seeds")
+    if arm and not collect_only:
+        try:
+            arms = [cmp.parse_arm(a) for a in arm]
+            specs = cmp.plan_runs(config, arms, seed_list, out, override)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--arm'") from None
+        if config is not None and not config.is_file():
+            raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
+        cmp.write_manifest(out, arms, seed_list, config, override)
+        bar = _bar(len(specs), f"runs ({jobs} at a time)")
+        statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+        bar.close()
+        failed = [r for r in statuses if r["status"] == "failed"]
+        for r in failed:
+            typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
+        names = [a.name for a in arms]
+        counts = {s: sum(r["status"] == s for r in statuses) for s in ("trained", "resumed", "reused", "failed")}
+        typer.echo("runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), err=True)
+    else:
+        try:
+            names, found_seeds = cmp.discover(out)
+        except FileNotFoundError as err:
+            raise typer.BadParameter(str(err), param_hint="'--out'") from None
+        if arm:
+            names = [cmp.parse_arm(a if ":" in a else a + ":").name for a in arm]
+        seed_list = seed_list if seeds else found_seeds
+        failed = []
+    runs = cmp.collect_runs(out, names, seed_list)
+    for r in failed:  # e.g. a run dir made with another config: never report it as this one
+        runs[r["arm"]].pop(r["seed"], None)
+    try:
+        result = cmp.aggregate(runs, baseline, metric, confidence, method)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
+    if not result.metrics:
+        raise typer.BadParameter(f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'")
+    png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
+    sections = []
+    for name in metric:
+        headers, rows = compare_rows(result, name)
+        sections.append(f"## final {name}\n\n" + markdown_table(headers, rows))
+        if json_path != "-":
+            Console().print(rich_table(f"final {name}: mean [{confidence:.0%} {method} CI] over seeds", headers, rows))
+    missing = {a: s for a, s in result.missing.items() if s}
+    note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
+    (out / "compare.md").write_text(
+        f"# Comparison over seeds {seed_list} ({confidence:.0%} {method} intervals; differences paired by seed)\n\n"
+        + "\n".join(sections)
+        + note
+        + f"\n![curves]({png.name})\n",
+        encoding="utf-8",
+    )
+    (out / "compare.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1) + "\n", encoding="utf-8")
+    _write_json(json_path, result.to_dict())
+    if json_path != "-":
+        typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def demo(
+    out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
+    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 100)")] = None,
+    seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
+) -> None:
+    """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
+    from hadw.experiments.demo import DemoSettings, run_demo
+
+    _quiet_transformers()
+    settings = DemoSettings(out_dir=out_dir, seed=seed)
+    if steps is not None:
+        settings.steps = steps
+    run_demo(settings)
+
+
+def plot(
+    run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders (with metrics.jsonl)")],
+    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("curves.png"),
+) -> None:
+    """Draw the training curves (accuracy, anchor) of finished or running runs."""
+    from hadw.experiments.demo import plot_runs
+
+    typer.echo(plot_runs({d.name: d for d in run_dirs}, out))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)
+    app.command("demo")(demo)
+    app.command("plot")(plot)

@@ -1,0 +1,143 @@
+"""The metric contract: every metric name hadw writes, the files of a run folder, and their one reader.
+
+Names follow verl where verl has one (`actor/pg_loss`, `critic/advantages/mean`, `response_length/mean`,
+`timing_s/gen`, `perf/throughput`), plus `hadw/*` for HA-DW and `batch/*`, `reward/*` for what verl has no
+name for. The trainer writes these keys, and `compare`, `demo`, `plot`, the docs and the tests read them from
+here, so a rename happens in one place. docs/train.md lists them with their meaning.
+
+A run folder holds `metrics.jsonl` (one JSON object per training step, with "step") and `final_eval.json`
+(the final evaluation: {bucket: {metric: value}}). JSON is strict everywhere: NaN and ±inf are written as
+null (`jsonable`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# ----------------------------------------------------------------------------------------- files
+METRICS_FILE = "metrics.jsonl"
+FINAL_EVAL_FILE = "final_eval.json"
+SAMPLES_FILE = "samples.jsonl"
+
+# ----------------------------------------------------------------------------------------- actor (the update)
+PG_LOSS = "actor/pg_loss"  # the clipped policy-gradient loss
+PG_CLIPFRAC = "actor/pg_clipfrac"  # share of response tokens clipped at 1 + ε_high (advantage > 0)
+PG_CLIPFRAC_LOWER = "actor/pg_clipfrac_lower"  # share clipped at 1 − ε_low (advantage < 0)
+PPO_KL = "actor/ppo_kl"  # KL(π_old ‖ π_θ) estimate over response tokens
+KL_LOSS = "actor/kl_loss"  # KL to the reference model (when algorithm.kl_coef > 0)
+ENTROPY = "actor/entropy"  # mean token entropy of the policy
+GRAD_NORM = "actor/grad_norm"  # gradient norm before clipping
+LR = "actor/lr"
+RATIO_MEAN, RATIO_MIN, RATIO_MAX = "actor/ratio_mean", "actor/ratio_min", "actor/ratio_max"
+
+# ----------------------------------------------------------------------------------------- critic (rewards, advantages)
+SCORE_MEAN = "critic/score/mean"  # mean correctness (the reward.correctness signal): the rollout accuracy
+REWARDS_MEAN = "critic/rewards/mean"  # mean total reward (weighted functions + shaping): what Â is built from
+ADV_MEAN, ADV_MAX, ADV_MIN = "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min"
+
+
+def score_level(level: int | str) -> str:
+    """Rollout accuracy of the prompts of one difficulty level."""
+    return f"critic/score/L{level}"
+
+
+# ----------------------------------------------------------------------------------------- rollouts
+RESPONSE_LENGTH_MEAN = "response_length/mean"
+RESPONSE_CLIP_RATIO = "response_length/clip_ratio"  # share of responses truncated at rollout.max_new_tokens
+DEGENERATE_FRAC = "batch/degenerate_frac"  # groups whose rewards are all equal: no learning signal
+KEPT_GROUPS = "batch/kept_groups"  # DAPO dynamic sampling: groups kept for the update
+REFILL_ROUNDS = "batch/refill_rounds"
+REWARD_ERRORS = "reward/errors"  # reward calls that raised or returned garbage (scored 0)
+REWARD_TIMEOUTS = "reward/timeouts"  # reward calls that exceeded reward.timeout_s (scored 0)
+SKIPPED_PROMPTS = "batch/skipped_prompts"  # prompts longer than data.max_prompt_tokens
+
+# ----------------------------------------------------------------------------------------- HA-DW
+ANCHOR = "hadw/anchor"  # the anchor C the weights used this step
+BATCH_ACCURACY = "hadw/batch_accuracy"  # y_t: the accuracy the anchor observed (all responses)
+PHI_MEAN, PHI_MIN, PHI_MAX = "hadw/phi_mean", "hadw/phi_min", "hadw/phi_max"
+FRAC_BOOSTED, FRAC_DAMPED = "hadw/frac_boosted", "hadw/frac_damped"  # responses with Φ > λ / Φ < λ
+
+# ----------------------------------------------------------------------------------------- time and resources
+TIME_GEN, TIME_REWARD, TIME_UPDATE, TIME_STEP = "timing_s/gen", "timing_s/reward", "timing_s/update", "timing_s/step"
+THROUGHPUT = "perf/throughput"  # response tokens per second of the whole step
+MAX_MEMORY = "perf/max_memory_gb"  # peak memory: GPU max allocated, or the process's peak RSS on CPU
+
+# ----------------------------------------------------------------------------------------- evaluation
+GREEDY = "greedy"  # accuracy of one greedy (T = 0) answer per problem
+COUNT = "count"  # problems in the bucket
+ALL = "all"  # the bucket of every problem
+
+
+def avg_at(k: int) -> str:
+    """Mean accuracy of k sampled answers per problem."""
+    return f"avg@{k}"
+
+
+def pass_at(k: int) -> str:
+    """Unbiased pass@k (Chen et al. 2021) from the sampled answers."""
+    return f"pass@{k}"
+
+
+def val_key(bucket: str, metric: str) -> str:
+    """A periodic evaluation inside metrics.jsonl: val/<source>/<level>/<metric> (verl's val-core/ prefix)."""
+    return f"val/{bucket}/{metric}"
+
+
+# ----------------------------------------------------------------------------------------- JSON and the reader
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: NaN/±inf → None (strict JSON), numpy/torch scalars → floats, tuples → lists."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str):  # numpy arrays and scalars, torch tensors
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """json.dumps of `jsonable(obj)`, refusing NaN: the one JSON encoding of hadw's files."""
+    return json.dumps(jsonable(obj), allow_nan=False, ensure_ascii=False, **kwargs)
+
+
+@dataclass
+class RunRecords:
+    """What a run folder says: per-step metrics and, once finished, the final evaluation."""
+
+    path: Path
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    final_eval: dict[str, dict[str, float]] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.final_eval is not None
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric over the steps that logged it (None values skipped)."""
+        pairs = [(r["step"], r[key]) for r in self.steps if r.get(key) is not None]
+        return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+def read_run(run_dir: str | Path) -> RunRecords:
+    """Read metrics.jsonl (a truncated last line, left by a crash, is skipped) and final_eval.json."""
+    run_dir = Path(run_dir)
+    records = RunRecords(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if metrics.is_file():
+        lines = metrics.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.steps.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number < len(lines):  # only the last line can be cut short by a killed writer
+                    raise ValueError(f"{metrics}:{number}: not JSON ({err.msg})") from None
+    final = run_dir / FINAL_EVAL_FILE
+    if final.is_file():
+        records.final_eval = json.loads(final.read_text(encoding="utf-8"))
+    return records

@@ -1,0 +1,153 @@
+"""One run per folder, one process per run.
+
+`claim_run_dir` is called before anything is written to `train.output_dir`:
+- it takes an OS lock (fcntl.flock on <run_dir>/.lock, released by the kernel on any exit, kill -9
+  included), so a second process on the same folder fails with "in use by pid N";
+- without --resume, a folder that already holds a run (metrics rows, a checkpoint, `latest`, a final
+  model) is refused, naming the two ways out; with overwrite=True the old run is moved aside to
+  <run_dir>.old-<n>/ first, never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from hadw.errors import UserError
+
+LOCK_FILE = ".lock"
+# What a run writes; only these are moved aside by --overwrite (anything else in the folder is the user's).
+RUN_ENTRIES = ("metrics.jsonl", "samples.jsonl", "config.yaml", "latest", "final_model", "init_model", "tensorboard")
+RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
+
+
+class RunDirError(UserError):
+    """The run folder cannot be used as asked (holds another run, is locked, has no checkpoint)."""
+
+
+class RunLock:
+    """An exclusive flock on <run_dir>/.lock holding this process's pid. `release()` is idempotent."""
+
+    def __init__(self, run_dir: Path):
+        import fcntl
+
+        self.path = run_dir / LOCK_FILE
+        self._file = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            pid = self._file.read().strip() or "?"
+            self._file.close()
+            raise RunDirError(
+                f"train.output_dir={run_dir} is in use by pid {pid} (another hadw train holds {self.path}); "
+                "wait for it or choose another train.output_dir"
+            ) from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"{os.getpid()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the descriptor drops the flock
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+def run_entries(run_dir: Path) -> list[Path]:
+    """The entries of run_dir a run wrote (sorted)."""
+    found = [run_dir / name for name in RUN_ENTRIES if (run_dir / name).exists()]
+    for pattern in RUN_PATTERNS:
+        found += run_dir.glob(pattern)
+    return sorted(set(found))
+
+
+def holds_run(run_dir: Path) -> bool:
+    """True when a run has produced results here: a metrics row, a checkpoint, `latest`, or a final model.
+    (A config.yaml or init_model alone, from a run stopped before its first step, holds nothing to lose.)"""
+    metrics = run_dir / "metrics.jsonl"
+    has_rows = metrics.is_file() and metrics.stat().st_size > 0
+    return has_rows or any(
+        p.name in ("latest", "final_model") or p.name.startswith("checkpoint-") for p in run_entries(run_dir)
+    )
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move the run's entries into a new sibling folder <run_dir>.old-<n>; return it."""
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
+        n += 1
+    aside.mkdir(parents=True)
+    for entry in run_entries(run_dir):
+        shutil.move(str(entry), str(aside / entry.name))
+    return aside
+
+
+def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple[RunLock, Path | None]:
+    """Create and lock run_dir; refuse to reuse a run without resume / overwrite. Returns (lock, the
+    folder the old run was moved to or None)."""
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"train.output_dir={run_dir}: cannot create it: {err.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise RunDirError(f"train.output_dir={run_dir}: permission denied (not writable)")
+    lock = RunLock(run_dir)
+    aside = None
+    if not resume and holds_run(run_dir):
+        if not overwrite:
+            lock.release()
+            raise RunDirError(
+                f"train.output_dir={run_dir} already holds a run; continue it with --resume, or choose a new "
+                "train.output_dir, or pass --overwrite to move the old run aside"
+            )
+        aside = move_aside(run_dir)
+    return lock, aside
+
+
+# Settings a resumed run may change freely: they do not alter what is learned from the saved state
+# (length of the run, logging, checkpoint cadence, evaluation, threads, where files are).
+RESUME_FREE_KEYS = (
+    "train.steps",
+    "train.output_dir",
+    "train.num_threads",
+    "train.eval_every",
+    "train.eval_greedy",
+    "data.eval_size",
+    "data.eval_source",
+    "data.data_dir",
+    "model.device",
+    "rollout.max_batch_size",
+    "reward.timeout_s",
+)
+RESUME_FREE_SECTIONS = ("logging.", "checkpoint.")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(saved: dict, new: dict) -> list[str]:
+    """'key: saved -> new' for every setting that differs between a saved run's config and the new one,
+    except those a resume may change freely (RESUME_FREE_KEYS / _SECTIONS)."""
+    a, b = _flatten(saved), _flatten(new)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUME_FREE_KEYS or key.startswith(RESUME_FREE_SECTIONS):
+            continue
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            diffs.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return diffs

@@ -1,0 +1,140 @@
+"""The floors of the house: a module never imports a higher floor (README, "The library").
+
+    core, theory, data (+ the floor-0 helpers)  <  rewards, rollout  <  eval  <  train  <  experiments, sim
+    integrations import core only;  every `cli` module is the top floor.
+
+Every import in src/hadw is checked, including those inside functions (lazy imports are still dependencies).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "hadw"
+
+FLOORS = {
+    "hadw": 0,  # the package itself (version) and floor-0 helpers: hadw.errors, hadw.plotting, hadw.metrics
+    "core": 0,
+    "theory": 0,
+    "data": 0,
+    "rewards": 1,
+    "rollout": 1,
+    "eval": 2,
+    "train": 3,
+    "experiments": 4,
+    "sim": 4,
+    "integrations": 5,
+    "cli": 6,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def floor(module: str) -> int:
+    """The floor of a dotted module name under hadw; `*.cli` modules are commands: the top floor."""
+    parts = module.split(".")
+    if parts[-1] == "cli" or (parts[-1] == "__main__" and parts[1:2] != ["integrations"]):
+        return FLOORS["cli"]
+    if len(parts) == 1 or parts[1] not in FLOORS:
+        return 0  # hadw, hadw.errors, hadw.plotting, ...: plain helpers that import nothing above them
+    return FLOORS[parts[1]]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every `import hadw...` / `from hadw... import` in the file, resolved to modules."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "hadw"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against the package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] == "hadw":
+                found.append((node.lineno, module))
+    return found
+
+
+def _violations() -> list[str]:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        name = _module_name(path)
+        for line, target in _imports(path):
+            if name.startswith("hadw.integrations") and floor(name) != FLOORS["cli"]:
+                allowed = target == "hadw" or target.startswith(("hadw.core", "hadw.integrations", "hadw.errors"))
+                if not allowed:
+                    bad.append(f"{path.relative_to(SRC.parent)}:{line}: integrations import only hadw.core: {target}")
+            elif floor(target) > floor(name):
+                bad.append(
+                    f"{path.relative_to(SRC.parent)}:{line}: {name} (floor {floor(name)}) imports {target} "
+                    f"(floor {floor(target)})"
+                )
+    return bad
+
+
+def test_no_module_imports_a_higher_floor():
+    assert _violations() == []
+
+
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        ("hadw.core.anchors", 0),
+        ("hadw.rollout.engine", 1),
+        ("hadw.eval.evaluate", 2),
+        ("hadw.train.trainer", 3),
+        ("hadw.experiments.compare", 4),
+        ("hadw.eval.cli", 6),
+        ("hadw.cli", 6),
+        ("hadw.plotting", 0),
+    ],
+)
+def test_floor_of_modules(module, expected):
+    assert floor(module) == expected
+
+
+def test_checker_catches_an_upward_import(tmp_path, monkeypatch):
+    """The walk finds a lazy (function-level) upward import: the test above can fail."""
+    pkg = tmp_path / "hadw" / "core"
+    pkg.mkdir(parents=True)
+    (tmp_path / "hadw" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bad.py").write_text("def f():\n    from hadw.train.trainer import Trainer\n    return Trainer\n")
+    (pkg / "ok.py").write_text("from . import bad\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path / "hadw")
+    assert len(_violations()) == 1 and "hadw.core.bad (floor 0) imports hadw.train.trainer" in _violations()[0]
+
+
+def test_core_imports_with_torch_and_numpy_alone():
+    """`pip install hadw` (torch + numpy) is enough for hadw.core inside someone else's trainer."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib.abc, sys
+BLOCKED = {"transformers", "scipy", "matplotlib", "datasets", "typer", "rich", "omegaconf", "math_verify", "trl"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"blocked: {name}")
+sys.meta_path.insert(0, Block())
+import hadw.core, torch
+from hadw.core import apply_hadw, compute_advantages, make_anchor
+r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+adv = compute_advantages(r, torch.zeros(4, dtype=torch.long), "grpo")
+out = apply_hadw(adv.advantages, r, adv.groups, make_anchor("window", k=10), 1.3)
+print(round(float(out.advantages[0]), 4))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout.strip()) > 0  # the correct answer of a hard group keeps a positive advantage
