@@ -78,7 +78,7 @@ def _assert_one_line_error(result, *needles: str) -> None:
 
 # (id, args with {placeholders} for the files fixture, expected substrings of the one line)
 CONFIG_CASES = [
-    ("yaml_syntax", ["{bad_syntax.yaml}"], ["bad_syntax.yaml:", "bad YAML"]),
+    ("yaml_syntax", ["{bad_syntax.yaml}"], ["bad_syntax.yaml:3:", "not valid YAML"]),
     ("yaml_list", ["{list.yaml}"], ["list.yaml", "expected a mapping", "list"]),
     ("yaml_string", ["{string.yaml}"], ["string.yaml", "expected a mapping", "str"]),
     ("yaml_not_utf8", ["{latin1.yaml}"], ["latin1.yaml:2", "not UTF-8"]),
@@ -140,12 +140,12 @@ MODEL_CASES = [
 ]
 
 DATA_CASES = [
-    ("data_missing", ["data.source={dir}/missing.jsonl"], ["missing.jsonl", "no such file"]),
+    ("data_missing", ["data.source={dir}/missing.jsonl"], ["missing.jsonl", "nor an existing file or folder"]),
     ("data_not_utf8", ["data.source={latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"]),
     ("data_bad_json", ["data.source={bad_json.jsonl}"], ["bad_json.jsonl:3", "bad JSON"]),
     ("data_array_row", ["data.source={array_row.jsonl}"], ["array_row.jsonl:1", "JSON object"]),
     ("data_row_without_fields", ["data.source={no_fields.jsonl}"], ["no_fields.jsonl:2"]),
-    ("data_empty_file", ["data.source={empty.jsonl}"], ["empty.jsonl", "no training rows"]),
+    ("data_empty_file", ["data.source={empty.jsonl}"], ["empty.jsonl", "has no rows"]),
     ("data_fake_parquet", ["data.source={fake.parquet}"], ["fake.parquet", "not a parquet file"]),
     ("data_empty_folder", ["data.source={empty_dir}"], ["empty_dir", "empty folder"]),
     ("data_unknown_type", ["data.source={data.txt}"], ["data.txt", "unknown file type"]),

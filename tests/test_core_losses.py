@@ -103,3 +103,27 @@ def test_overlong_penalty_dapo_shape():
     # L_max = 16, buffer 4: free up to 12, then linear down to −1 at 16 and beyond
     got = overlong_penalty(lengths, max_length=16, buffer=4, factor=1.0)
     torch.testing.assert_close(got, torch.tensor([0.0, 0.0, -0.25, -0.75, -1.0, -1.0]))
+
+
+def test_policy_loss_metrics_stay_tensors_without_host_syncs(monkeypatch):
+    # A metric read as a Python number is a host sync (a GPU stall); the trainer reads them all at once.
+    def no_sync(*_):
+        raise AssertionError("policy_loss converted a tensor to a Python value")
+
+    for name in ("item", "tolist", "__float__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, no_sync)
+    spec = LossSpec("token_clip", 0.2, 0.2, "token-mean", kl_coef=0.1)
+    _, metrics = policy_loss(NEW, OLD, ADV, MASK, spec, ref_logprobs=OLD, entropy=torch.ones(2, 2))
+    monkeypatch.undo()
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values())
+    # Ratio statistics over the 3 real tokens only (the padding's ratio e^{130} is ignored).
+    assert metrics["actor/ratio_max"].item() == pytest.approx(math.exp(0.3))
+    assert metrics["actor/ratio_min"].item() == pytest.approx(math.exp(-0.5))
+    assert metrics["actor/ratio_mean"].item() == pytest.approx((math.exp(0.3) + 1 + math.exp(-0.5)) / 3)
+    assert metrics["loss/ppo_kl"].item() == pytest.approx((-0.3 + 0 + 0.5) / 3)
+
+
+def test_policy_loss_metrics_of_an_all_masked_batch_are_neutral():
+    _, metrics = policy_loss(NEW, OLD, ADV, torch.zeros(2, 2, dtype=torch.long), LOSS_PRESETS["grpo"])
+    assert [metrics[f"actor/ratio_{s}"].item() for s in ("mean", "min", "max")] == [1.0, 1.0, 1.0]
+    assert metrics["actor/clip_frac_high"].item() == 0.0

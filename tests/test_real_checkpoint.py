@@ -186,4 +186,4 @@ def test_template_strings_that_are_not_yaml(tmp_path):
     result = CliRunner().invoke(build_app(), ["train", str(config)])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{config}, line 2, column" in lines[0] and "quote values" in lines[0]
+    assert len(lines) == 1 and f"{config}:2:" in lines[0] and "quote values" in lines[0]

@@ -125,8 +125,12 @@ def policy_loss(
     spec: LossSpec,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The full objective for one mini-batch: policy loss + β·KL − entropy bonus, and its metrics."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The full objective for one mini-batch: policy loss + β·KL − entropy bonus, and its metrics.
+
+    Metrics are detached 0-dim tensors on the loss's device, not floats: reading a value is a host
+    sync (a GPU stall), so the caller converts them all at once, once per optimiser step.
+    """
     if spec.policy_loss not in POLICY_LOSSES:
         raise ValueError(f"unknown policy loss {spec.policy_loss!r}; allowed: {', '.join(POLICY_LOSSES)}")
     loss_mat, ratio = POLICY_LOSSES[spec.policy_loss](
@@ -134,30 +138,36 @@ def policy_loss(
     )
     loss = aggregate(loss_mat, response_mask, spec.aggregation, spec.norm_length)
     metrics = _ratio_metrics(ratio.detach(), _token_advantages(advantages, ratio), response_mask, spec)
-    metrics["loss/policy"] = float(loss.detach())
-    metrics["loss/ppo_kl"] = float(masked_mean((old_logprobs - logprobs).detach(), response_mask))
+    metrics["loss/policy"] = loss.detach()
+    metrics["loss/ppo_kl"] = masked_mean((old_logprobs - logprobs).detach(), response_mask)
     if spec.kl_coef and ref_logprobs is not None:
         kl = aggregate(kl_penalty(logprobs, ref_logprobs, spec.kl_estimator), response_mask, spec.aggregation)
         loss = loss + spec.kl_coef * kl
-        metrics["loss/kl_ref"] = float(kl.detach())
+        metrics["loss/kl_ref"] = kl.detach()
     if entropy is not None:
         mean_entropy = aggregate(entropy, response_mask, spec.aggregation)
-        metrics["actor/entropy"] = float(mean_entropy.detach())
+        metrics["actor/entropy"] = mean_entropy.detach()
         if spec.entropy_coef:
             loss = loss - spec.entropy_coef * mean_entropy
     return loss, metrics
 
 
-def _ratio_metrics(ratio, adv, mask, spec: LossSpec) -> dict[str, float]:
+def _ratio_metrics(ratio, adv, mask, spec: LossSpec) -> dict[str, torch.Tensor]:
+    """Clip fractions and ratio mean/min/max over the unmasked tokens, as 0-dim tensors (no host sync)."""
     mask = mask.bool()
     clipped_low = (ratio < 1 - spec.clip_low) & (adv < 0) & mask
     clipped_high = (ratio > 1 + spec.clip_high) & (adv > 0) & mask
     n = mask.sum().clamp(min=1)
-    r = ratio[mask] if bool(mask.any()) else ratio.new_ones(1)
+    # Masked min/max without boolean indexing (which syncs to learn the result's size); an all-masked
+    # batch reports 1 for all three, as "no change".
+    any_real = mask.any()
+    ratio_mean = torch.where(any_real, masked_mean(ratio, mask), 1.0)
+    ratio_min = torch.where(any_real, ratio.masked_fill(~mask, float("inf")).amin(), 1.0)
+    ratio_max = torch.where(any_real, ratio.masked_fill(~mask, float("-inf")).amax(), 1.0)
     return {
-        "actor/clip_frac_low": float(clipped_low.sum() / n),
-        "actor/clip_frac_high": float(clipped_high.sum() / n),
-        "actor/ratio_mean": float(r.mean()),
-        "actor/ratio_min": float(r.min()),
-        "actor/ratio_max": float(r.max()),
+        "actor/clip_frac_low": clipped_low.sum() / n,
+        "actor/clip_frac_high": clipped_high.sum() / n,
+        "actor/ratio_mean": ratio_mean,
+        "actor/ratio_min": ratio_min,
+        "actor/ratio_max": ratio_max,
     }

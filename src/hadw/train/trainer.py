@@ -457,7 +457,7 @@ class Trainer:
         share = lambda micro: float(micro.response_mask.sum()) if token_level else float(len(micro))
         total = max(share(mb), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
-        metrics: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor] = {}  # 0-dim tensors: read once, below (one host sync per step)
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self.autocast():
@@ -471,24 +471,29 @@ class Trainer:
                 ref_logprobs=micro.ref_logprobs,
                 entropy=entropy.detach(),
             )
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"step {step}: loss is {float(loss.detach())}; stopping before the optimiser step. The last "
-                    f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
-                    "optim.lr or check the rewards."
-                )
             weight = share(micro) / total
-            (loss * weight).backward()
+            (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
+            metrics["_loss"] = metrics.get("_loss", 0.0) + weight * loss.detach()  # non-finite if any part is
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or math.inf)
-        if not torch.isfinite(grad_norm):
-            raise NonFiniteLossError(f"step {step}: gradient norm is {float(grad_norm)}; stopping before the update")
+        metrics["actor/grad_norm"] = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.cfg.optim.grad_clip or math.inf
+        )
+        values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
+        loss_value = values.pop("_loss")
+        if not math.isfinite(loss_value):
+            raise NonFiniteLossError(
+                f"step {step}: loss is {loss_value}; stopping before the optimiser step. The last "
+                f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
+                "optim.lr or check the rewards."
+            )
+        grad_norm = values["actor/grad_norm"]
+        if not math.isfinite(grad_norm):
+            raise NonFiniteLossError(f"step {step}: gradient norm is {grad_norm}; stopping before the update")
         self.optimizer.step()
         self.scheduler.step()
-        metrics["actor/grad_norm"] = float(grad_norm)
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        return metrics
+        values["actor/lr"] = self.scheduler.get_last_lr()[0]
+        return values
 
     def train_step(self, step: int) -> dict[str, float]:
         rollout, refills = self.collect(step)

@@ -1,0 +1,176 @@
+"""This machine's limit, measured, and how close hadw's decoding and training step come to it.
+
+1. fp32 matmul peak (GFLOP/s) at 1 thread and at all threads: square `torch.mm`, the largest rate
+   over a few sizes (the peak is what the hardware gives the best-shaped matmul).
+2. Memory bandwidth (GB/s): `copy_` of a 256 MiB tensor, counting bytes read + written.
+3. For the tiny model (~0.8 M) and a ~5.6 M model (shapes printed): decode tokens/s with
+   HFRolloutEngine, and one optimiser step (teacher-forced log-probs + GRPO loss + backward + AdamW),
+   each as achieved GFLOP/s and as a fraction of the 1-thread matmul peak (both run at 1 thread).
+
+FLOPs counted: 2 per weight per token for a forward (LM head included, embedding lookup not), plus
+attention's 4·layers·hidden·context per token; a training step is 3× its forward (forward + backward).
+A fraction well under 1 with low arithmetic intensity means per-op overhead, not the hardware, sets
+the speed. The machine may be shared: each figure is min / median / max over --repeats runs, by wall
+time and by process CPU time; the fractions compare CPU-time rates, which time-sharing leaves alone.
+
+    .venv/bin/python benchmarks/roofline.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from hadw.core import LOSS_PRESETS, policy_loss
+from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, compute_logprobs, load_model
+
+# name -> build_tiny_model kwargs. "tiny" is the CPU demo/test model.
+MODELS = {
+    "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
+    "5.6M": dict(hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=640),
+}
+ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # 8 prompts x G = 8, the shape of one rollout batch
+
+
+def spread(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
+    """Wall and process-CPU seconds of `repeats` calls (after one warm-up call)."""
+    fn()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return walls, cpus
+
+
+def fmt(values: list[float], scale: float = 1.0) -> str:
+    vals = sorted(scale * v for v in values)
+    return f"{vals[0]:8.1f} / {statistics.median(vals):8.1f} / {vals[-1]:8.1f}"
+
+
+def matmul_peak(threads: int, repeats: int) -> tuple[int, list[float], list[float]]:
+    """GFLOP/s of the best size: (size, per-run GFLOP/s by wall, per-run GFLOP/s by CPU time / threads)."""
+    torch.set_num_threads(threads)
+    best = None
+    for n in (256, 512, 1024):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        reps = max(1, int(2e9 / (2 * n**3)))  # ~2 GFLOP per timed call
+        walls, cpus = spread(lambda a=a, b=b, reps=reps: [torch.mm(a, b) for _ in range(reps)], repeats)
+        flop = 2 * n**3 * reps
+        rates = [flop / w / 1e9 for w in walls]
+        if best is None or statistics.median(rates) > statistics.median(best[1]):
+            best = (n, rates, [flop / c / 1e9 * threads for c in cpus])
+    return best
+
+
+def bandwidth(repeats: int) -> list[float]:
+    src = torch.randn(64 * 2**20)  # 256 MiB
+    dst = torch.empty_like(src)
+    walls, _ = spread(lambda: dst.copy_(src), repeats)
+    return [2 * src.numel() * 4 / w / 1e9 for w in walls]
+
+
+def model_flops_per_token(model, context: float) -> float:
+    """Forward FLOPs per token: 2 per matmul weight (tied LM head counted once as a matmul) + attention."""
+    cfg = model.config
+    weights = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n)
+    lm_head = cfg.vocab_size * cfg.hidden_size  # tied to the embedding, still a matmul per token
+    attention = 4 * cfg.num_hidden_layers * cfg.hidden_size * context  # QK^T and PV
+    return 2 * (weights + lm_head) + attention
+
+
+def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tok = load_model(build_tiny_model(tmp, **shape), device="cpu")
+    cfg = model.config
+    prompts = [[4 + (i * 7 + j) % 200 for j in range(PROMPT_LEN)] for i in range(ROWS // 8)]
+    engine = HFRolloutEngine(model, tok)
+    params = SamplingParams(n=8, max_new_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
+    batch = engine.generate(prompts, params)
+
+    decode_flop = ROWS * NEW_TOKENS * model_flops_per_token(model, PROMPT_LEN + NEW_TOKENS / 2)
+    d_wall, d_cpu = spread(lambda: engine.generate(prompts, params), repeats)
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    ids, mask, rmask = batch.input_ids, batch.attention_mask, batch.response_mask
+    adv = torch.randn(ROWS)
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        logprobs = compute_logprobs(model, ids, mask, rmask, 1.0)
+        loss, _ = policy_loss(logprobs, batch.logprobs, adv, rmask, LOSS_PRESETS["grpo"])
+        loss.backward()
+        optimizer.step()
+
+    seq = PROMPT_LEN + NEW_TOKENS
+    train_flop = 3 * ROWS * seq * model_flops_per_token(model, seq / 2)
+    t_wall, t_cpu = spread(train_step, repeats)
+    model.eval()
+
+    def line(what, flop, walls, cpus, unit_count, unit):
+        gf_cpu = [flop / c / 1e9 for c in cpus]
+        return (
+            f"  {name:5s} {what:11s} {unit:8s} by wall {fmt([unit_count / w for w in walls])}, by CPU "
+            f"{fmt([unit_count / c for c in cpus])} | GFLOP/s by CPU {fmt(gf_cpu)} = % of peak "
+            f"{fmt([100 * g / peak for g in gf_cpu])}"
+        )
+
+    header = (
+        f"{name}: {cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
+        f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} q/kv heads, MLP {cfg.intermediate_size}, vocab "
+        f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params; {ROWS} rows, prompt {PROMPT_LEN}, "
+        f"{NEW_TOKENS} new tokens"
+    )
+    return [
+        header,
+        line("decode", decode_flop, d_wall, d_cpu, ROWS * NEW_TOKENS, "tokens/s"),
+        line("train step", train_flop, t_wall, t_cpu, 1, "steps/s"),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    args = ap.parse_args()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    all_threads = os.cpu_count() or 1
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {all_threads} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f} (a shared machine lowers every figure), {args.repeats} runs each"
+    )
+    print("figures: min / median / max")
+    n1, peak1, cpu1 = matmul_peak(1, args.repeats)
+    nall, peak_all, cpu_all = matmul_peak(all_threads, args.repeats)
+    bw = bandwidth(args.repeats)
+    peak = statistics.median(cpu1)
+    print(f"  fp32 matmul, 1 thread    GFLOP/s by wall {fmt(peak1)}, by CPU time {fmt(cpu1)}  (n={n1})")
+    print(
+        f"  fp32 matmul, {all_threads} threads   GFLOP/s by wall {fmt(peak_all)}, by CPU time x threads "
+        f"{fmt(cpu_all)}  (n={nall})"
+    )
+    print(f"  memory copy              GB/s    {fmt(bw)}  (256 MiB, read + write)")
+    print(f"  ridge point (1 thread)   {peak / statistics.median(bw):.1f} FLOP/byte (by-CPU peak / copy bandwidth)")
+    for name in args.models:
+        for row in bench_model(name, MODELS[name], args.repeats, peak):
+            print(row)
+    print(
+        "(model runs use 1 thread; % of peak = GFLOP/s per CPU-second over the median 1-thread peak per "
+        "CPU-second, so time the scheduler gives to other processes counts on neither side)"
+    )
+
+
+if __name__ == "__main__":
+    main()
