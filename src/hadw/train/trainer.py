@@ -35,6 +35,7 @@ from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.models import is_hub_id
 from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
@@ -288,9 +289,9 @@ class Trainer:
         path = m.path
         if path:
             model_dir = Path(path)
-            if not model_dir.exists():
+            if not model_dir.exists() and not is_hub_id(path):  # else load_model tries it as a Hub id
                 raise ConfigError(f"model.path={path}: no such folder")
-            if not model_dir.is_dir() or not (model_dir / "config.json").is_file():
+            if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
                 raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
         else:
             t = m.tiny
