@@ -170,7 +170,11 @@ class Trainer:
         ]
         self.anchor: Anchor = make_anchor(cfg.hadw.anchor, **cfg.hadw.anchor_options())
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay
+            model.parameters(),
+            lr=cfg.optim.lr,
+            betas=tuple(cfg.optim.betas),
+            weight_decay=cfg.optim.weight_decay,
+            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
@@ -439,12 +443,18 @@ class Trainer:
         """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
         size = self.cfg.train.micro_batch_size or len(data)
         with torch.no_grad(), self.autocast():
-            return torch.cat([self._logprobs(model, data[i : i + size])[0] for i in range(0, len(data), size)])
+            return torch.cat([self._logprobs(model, data[i : i + size]) for i in range(0, len(data), size)])
 
-    def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
+    def _logprobs(self, model, mb: MiniBatch, with_entropy: bool = False):
+        """logprobs [B, R] of mb's responses at the sampling temperature; with_entropy: (logprobs, entropy [B, R])."""
         return compute_logprobs(
-            model, mb.input_ids, mb.attention_mask, mb.response_mask, self.cfg.rollout.temperature, return_entropy=True
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            mb.response_mask,
+            self.cfg.rollout.temperature,
+            return_entropy=with_entropy,
+            entropy_grad=bool(self.loss_spec.entropy_coef),  # an entropy bonus needs its gradient; a metric does not
         )
 
     def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
@@ -464,7 +474,7 @@ class Trainer:
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self.autocast():
-                logprobs, entropy = self._logprobs(self.model, micro)
+                logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
             loss, micro_metrics = policy_loss(
                 logprobs,
                 micro.old_logprobs,
@@ -472,7 +482,7 @@ class Trainer:
                 micro.response_mask,
                 self.loss_spec,
                 ref_logprobs=micro.ref_logprobs,
-                entropy=entropy.detach(),
+                entropy=entropy,
             )
             weight = share(micro) / total
             (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
