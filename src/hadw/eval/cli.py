@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from hadw.errors import UserError
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
     compare_rows,
@@ -63,7 +64,9 @@ def _load_sources(data, data_dir, limit, levels: str | None, template, reward, m
             for spec in data
         ]
     except (ValueError, FileNotFoundError) as err:
-        raise typer.BadParameter(str(err), param_hint="'--data'") from None
+        if isinstance(err, UserError):
+            raise
+        raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _load_model(model: Path, dtype: str, device: str):
@@ -72,7 +75,7 @@ def _load_model(model: Path, dtype: str, device: str):
     try:
         return load_model(model, dtype, device)
     except (FileNotFoundError, ValueError, OSError) as err:
-        raise typer.BadParameter(str(err), param_hint="'MODEL'") from None
+        raise UserError(f"MODEL {model}: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _write_json(path: str | None, data: dict) -> None:
