@@ -1,4 +1,4 @@
-"""Policy-gradient losses for GRPO, GSPO and DAPO (method.md §3.3), KL penalties and loss aggregation.
+"""Policy-gradient losses for GRPO, GSPO and DAPO (docs/method.md §3.3), KL penalties and loss aggregation.
 
 Shapes: B responses, T response tokens (right-padded).
     logprobs, old_logprobs, ref_logprobs, entropy, response_mask: [B, T]

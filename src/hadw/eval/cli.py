@@ -31,7 +31,7 @@ DataOption = typer.Option(
 )
 DataDirOption = typer.Option(
     "--data-dir",
-    help="Benchmark folder (default: $HADW_SHARED_DATA, the repository's ../shared/data, ~/.cache/hadw/data; "
+    help="Benchmark folder (default: $HADW_SHARED_DATA, ~/.cache/hadw/data; "
     "else the Hub).",
 )
 ChatOption = typer.Option("--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
@@ -87,8 +87,6 @@ def _load_sources(
             for spec in data
         ]
     except (ValueError, FileNotFoundError) as err:
-        if isinstance(err, UserError):
-            raise
         raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 

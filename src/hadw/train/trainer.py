@@ -1,6 +1,6 @@
 """The RLVR training loop: GRPO, GSPO or DAPO, with or without HA-DW.
 
-One step, top to bottom (method.md, "the product in one picture"):
+One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
     mini-batches with AdamW → metrics, samples, checkpoint.
@@ -288,6 +288,31 @@ class Trainer:
         np.random.seed(seed % (1 << 32))
         torch.manual_seed(seed)
 
+    def _warm_start(self, init_dir: Path) -> Path:
+        """SFT the freshly built tiny model on the training task until model.tiny.warm_start_accuracy: a random
+        model never earns a reward, so every GRPO group would be degenerate (no gradient)."""
+        from hadw.train.sft import SFTConfig, sft_warm_start
+
+        cfg, t = self.cfg, self.cfg.model.tiny
+        if not cfg.data.source.startswith("task:"):
+            warnings.warn("model.tiny.warm_start_accuracy applies to task: sources only; skipped", stacklevel=2)
+            return init_dir
+        model, tokenizer = load_model(init_dir)
+        sft = SFTConfig(
+            task=cfg.data.source.split(":", 1)[1],
+            levels=cfg.data.levels,
+            target_accuracy=t.warm_start_accuracy,
+            max_steps=t.warm_start_max_steps,
+            eval_every=50,
+            seed=cfg.train.seed,
+        )
+        result = sft_warm_start(model, tokenizer, sft, progress=cfg.logging.progress)
+        print(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}", file=sys.stderr)
+        out = self.run_dir / "warm_start_model"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+
     def _load_model(self):
         m = self.cfg.model
         path = m.path
@@ -309,6 +334,8 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
+            if t.warm_start_accuracy > 0:
+                path = self._warm_start(path)
         try:
             model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
         except (OSError, ValueError) as err:
