@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMING_PREFIXES = ("time/", "perf/")
+TIMING_PREFIXES = ("timing_s/", "perf/")
 
 
 def overrides(model: Path, out: Path, steps: int) -> list[str]:

@@ -258,4 +258,15 @@ def test_a_bom_is_accepted_in_yaml_and_jsonl(files, tmp_path):
 
 
 def test_the_table_has_at_least_sixty_cases():
-    assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 9 >= 60
+    assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 12 >= 60
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [(["eval", "{dir}/no_model", "--data", "task:addition"], ["MODEL", "no_model"]),
+     (["eval", "{model}", "--data", "{dir}/missing.jsonl"], ["--data", "missing.jsonl"]),
+     (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"])],
+    ids=["eval_model_missing", "eval_data_missing", "eval_data_not_utf8"],
+)
+def test_eval_path_errors_are_one_line_exit_2(files, args, needles):
+    _assert_one_line_error(_run(_fill(args, files)), *needles)

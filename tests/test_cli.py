@@ -47,3 +47,21 @@ def test_no_options_that_differ_only_by_case():
     for path, command in _leaf_commands():
         names = [o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
         assert len({n.lower() for n in names}) == len(set(names)), (path, names)
+
+
+def test_one_typer_style_annotated():
+    """Every command declares its options as `name: Annotated[T, typer.Option(...)] = default`: no parameter's
+    default is a typer OptionInfo (the old style, where a shared option object also carried the default)."""
+    import inspect
+
+    import typer
+
+    old_style = []
+    app = build_app()
+    callbacks = [c.callback for c in app.registered_commands]
+    callbacks += [c.callback for g in app.registered_groups for c in g.typer_instance.registered_commands]
+    for callback in callbacks:
+        for name, param in inspect.signature(callback).parameters.items():
+            if isinstance(param.default, typer.models.ParameterInfo):
+                old_style.append(f"{callback.__module__}.{callback.__name__}({name})")
+    assert len(callbacks) >= 12 and old_style == []

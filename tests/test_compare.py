@@ -72,16 +72,10 @@ def test_paired_difference_by_hand():
 def fake_run(out: Path, arm: str, seed: int, finals: dict[str, float] | None, curve=(0.1, 0.2, 0.3, 0.4)) -> Path:
     run_dir = out / arm / f"seed{seed}"
     run_dir.mkdir(parents=True)
-    records = [{"step": i + 1, "reward/accuracy": a, "hadw/anchor": 0.5} for i, a in enumerate(curve)]
+    records = [{"step": i + 1, "critic/score/mean": a, "hadw/anchor": 0.5} for i, a in enumerate(curve)]
     if finals is not None:
-        records.append(
-            {
-                "step": len(curve),
-                "final": 1.0,
-                "eval/all/count": 20.0,
-                **{f"eval/{bucket}/avg@k": v for bucket, v in finals.items()},
-            }
-        )
+        final_eval = {bucket: {"count": 20.0, "greedy": v} for bucket, v in finals.items()}
+        (run_dir / "final_eval.json").write_text(json.dumps(final_eval))
         (run_dir / "final_model").mkdir()
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return run_dir
@@ -108,21 +102,21 @@ def test_aggregate_synthetic_runs_by_hand(fake_out):
     runs = cmp.collect_runs(fake_out, ["grpo", "hadw"], [0, 1, 2, 3])
     result = cmp.aggregate(runs)
     assert result.baseline == "grpo" and result.missing == {"grpo": [], "hadw": [3]}
-    assert sorted(result.metrics) == ["eval/addition/L1/avg@k", "eval/all/avg@k"]  # count is not a compared metric
-    m = result.metrics["eval/all/avg@k"]
+    assert sorted(result.metrics) == ["val/addition/L1/greedy", "val/all/greedy"]  # count is not a compared metric
+    m = result.metrics["val/all/greedy"]
     assert m.values["hadw"] == {0: 0.55, 1: 0.62, 2: 0.76}
     assert m.arms["grpo"].mean == pytest.approx(0.6) and m.arms["grpo"].n == 3
     # grpo: 0.5, 0.6, 0.7 -> s = 0.1, half width 4.302653 * 0.1 / sqrt(3) = 0.2484138
     assert (m.arms["grpo"].low, m.arms["grpo"].high) == pytest.approx((0.3515862, 0.8484138), abs=1e-7)
     assert m.diffs["hadw"].diff.mean == pytest.approx(0.0433333, abs=1e-7)
     assert (m.diffs["hadw"].diff.low, m.diffs["hadw"].diff.high) == pytest.approx((-0.0083781, 0.0950448), abs=1e-7)
-    level = result.metrics["eval/addition/L1/avg@k"]
+    level = result.metrics["val/addition/L1/greedy"]
     assert level.arms["hadw"].low == level.arms["hadw"].high == pytest.approx(0.9)  # no spread
     # differences 0, +0.1, −0.1: mean 0, s 0.1, same half width as above, p = 1
     d = level.diffs["hadw"]
     assert d.diff.mean == pytest.approx(0.0, abs=1e-12) and d.p_value == pytest.approx(1.0)
     assert (d.diff.low, d.diff.high) == pytest.approx((-0.2484138, 0.2484138), abs=1e-7)
-    flipped = cmp.aggregate(runs, baseline="hadw").metrics["eval/all/avg@k"].diffs["grpo"]
+    flipped = cmp.aggregate(runs, baseline="hadw").metrics["val/all/greedy"].diffs["grpo"]
     assert flipped.diff.mean == pytest.approx(-0.0433333, abs=1e-7)
     with pytest.raises(ValueError, match="baseline arm 'dapo'"):
         cmp.aggregate(runs, baseline="dapo")
@@ -130,7 +124,7 @@ def test_aggregate_synthetic_runs_by_hand(fake_out):
 
 def test_curve_smoothing_and_band_by_hand(fake_out):
     runs = cmp.collect_runs(fake_out, ["grpo"], [0, 1])
-    steps, mean, low, high = cmp.curve(list(runs["grpo"].values()), "reward/accuracy", smooth=2)
+    steps, mean, low, high = cmp.curve(list(runs["grpo"].values()), "critic/score/mean", smooth=2)
     # seed 0 smoothed (window 2, trailing): 0, .5, .5, .5; seed 1: 1, 1, 1, 1
     assert steps.tolist() == [1, 2, 3, 4] and mean.tolist() == pytest.approx([0.5, 0.75, 0.75, 0.75])
     half = stats.t.ppf(0.975, 1) * np.std([0.0, 1.0], ddof=1) / np.sqrt(2)  # 12.706 * 0.5
@@ -144,7 +138,7 @@ def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
     assert "| all | 0.600 [0.352, 0.848] (3) | 0.643 [0.378, 0.909] (3) | +0.043 [-0.008, +0.095] | 0.069 |" in md
     assert "Unfinished runs (left out): {'hadw': [3]}" in md
     data = json.loads((fake_out / "compare.json").read_text())
-    assert data["metrics"]["eval/all/avg@k"]["diffs"]["hadw"]["seeds"] == [0, 1, 2]
+    assert data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["seeds"] == [0, 1, 2]
     assert (fake_out / "compare.png").stat().st_size > 10_000
 
 
@@ -270,7 +264,7 @@ def test_compare_trains_reuses_and_resumes_a_tiny_run(tmp_path):
     assert cmp.run_status(run_dir) == "resume"
     assert cmp.execute_run(spec)["status"] == "resumed"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 2] and records[-1]["final"] == 1
+    assert [r["step"] for r in records] == [1, 2] and (run_dir / "final_eval.json").is_file()
     assert cmp.run_status(run_dir) == "finished"
 
 

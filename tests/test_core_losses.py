@@ -29,8 +29,8 @@ def test_token_clip_loss_hand_computed(clip_high, aggregation, expected):
     spec = LossSpec("token_clip", 0.2, clip_high, aggregation)
     loss, metrics = policy_loss(NEW, OLD, ADV, MASK, spec)
     assert loss.item() == pytest.approx(expected, abs=1e-6)
-    assert metrics["actor/clip_frac_high"] == pytest.approx(1 / 3)
-    assert metrics["actor/clip_frac_low"] == pytest.approx(1 / 3)
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(1 / 3)
+    assert metrics["actor/pg_clipfrac_lower"] == pytest.approx(1 / 3)
 
 
 def test_gspo_uses_length_normalised_sequence_ratio():
@@ -120,10 +120,10 @@ def test_policy_loss_metrics_stay_tensors_without_host_syncs(monkeypatch):
     assert metrics["actor/ratio_max"].item() == pytest.approx(math.exp(0.3))
     assert metrics["actor/ratio_min"].item() == pytest.approx(math.exp(-0.5))
     assert metrics["actor/ratio_mean"].item() == pytest.approx((math.exp(0.3) + 1 + math.exp(-0.5)) / 3)
-    assert metrics["loss/ppo_kl"].item() == pytest.approx((-0.3 + 0 + 0.5) / 3)
+    assert metrics["actor/ppo_kl"].item() == pytest.approx((-0.3 + 0 + 0.5) / 3)
 
 
 def test_policy_loss_metrics_of_an_all_masked_batch_are_neutral():
     _, metrics = policy_loss(NEW, OLD, ADV, torch.zeros(2, 2, dtype=torch.long), LOSS_PRESETS["grpo"])
     assert [metrics[f"actor/ratio_{s}"].item() for s in ("mean", "min", "max")] == [1.0, 1.0, 1.0]
-    assert metrics["actor/clip_frac_high"].item() == 0.0
+    assert metrics["actor/pg_clipfrac"].item() == 0.0

@@ -231,3 +231,18 @@ def test_example_launch_scripts_use_keys_verl_knows(algo):
     options = HADWOptions.from_config(config.algorithm)
     assert (options.lam, options.anchor, options.anchor_options) == (1.3, "window", {"k": 10})
     assert dict(line.split("=", 1) for line in overrides)["algorithm.adv_estimator"] == "grpo_hadw"
+
+
+def test_a_changed_anchor_setting_on_resume_warns_loudly_and_uses_the_configured_one(caplog):
+    saved = make_anchor("window", k=10)
+    saved.observe(0.25)
+    STORE.load_state_dict(saved.state_dict())  # what the checkpoint callback restores on resume
+    anchor = STORE.get(HADWOptions(anchor="window", anchor_options={"k": 3}))
+    assert anchor.k == 3 and anchor.history == []  # the saved k=10 did not silently win
+    assert "THE ANCHOR STARTS EMPTY" in caplog.text
+    caplog.clear()
+    STORE.get(HADWOptions(anchor="ema", anchor_options={"alpha": 0.5}))  # changed mid-run
+    assert "THE ANCHOR STARTS EMPTY" in caplog.text
+    STORE.reset()
+    STORE.load_state_dict(saved.state_dict())
+    assert STORE.get(HADWOptions(anchor="window", anchor_options={"k": 10})).history == [0.25]

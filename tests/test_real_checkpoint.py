@@ -147,7 +147,7 @@ def test_two_training_steps_with_user_fields_and_an_import_path_reward(checkpoin
     ])  # fmt: skip
     REWARD_CALLS.clear()
     result = Trainer(cfg).train()
-    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r]
+    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "critic/rewards/mean" in r]
     assert [r["step"] for r in steps] == [1, 2] and result.steps == 2
     assert all(r["perf/cpu_peak_rss_gb"] > 0 for r in steps)
     # the reward saw the user's prompts (in the paper's template) and the user's own column

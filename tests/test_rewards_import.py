@@ -151,7 +151,7 @@ def test_training_on_a_user_jsonl_with_user_fields_and_a_trl_reward(tmp_path):
     CALLS.clear()
     Trainer(load_config(None, overrides)).train()
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps if "reward/accuracy" in s] == [1, 2]
+    assert [s["step"] for s in steps if "critic/score/mean" in s] == [1, 2]
     train_calls = [c for c in CALLS if len(c["prompts"]) == 4]  # 2 prompts x 2 responses per step
     assert len(train_calls) == 2
     by_prompt = dict(zip(train_calls[0]["prompts"], train_calls[0]["solution"], strict=True))

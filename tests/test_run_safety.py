@@ -57,10 +57,10 @@ def test_a_second_run_into_a_used_folder_is_refused_and_overwrite_moves_it_aside
     # The new run alone: its own checkpoints, `latest` pointing at one that exists, its own metrics rows.
     assert latest_checkpoint(run).name == "checkpoint-000002"
     assert [p.name for p in sorted(run.glob("checkpoint-*"))] == ["checkpoint-000002"]
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if not r.get("final")] == [1, 2]
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2]
     old = tmp_path / "run.old-1"
     assert latest_checkpoint(old).name == "checkpoint-000004"
-    assert [r["step"] for r in read_jsonl(old / "metrics.jsonl") if not r.get("final")] == [1, 2, 3, 4]
+    assert [r["step"] for r in read_jsonl(old / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def test_the_folder_lock_names_the_holder_and_is_released_on_exit(tmp_path):
@@ -86,7 +86,7 @@ def test_a_restart_before_the_first_checkpoint_does_not_duplicate_rows(tiny_path
     resumed = _trainer(tiny_path, run, "train.steps=3", resume=True)
     assert resumed.start_step == 0
     resumed.train()
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if not r.get("final")] == [1, 2, 3]
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------------------------------- 2. resume
@@ -164,7 +164,7 @@ def test_a_truncated_last_metrics_line_does_not_block_resume(tiny_path, tmp_path
     with pytest.warns(UserWarning, match="unfinished last line"):
         resumed = _trainer(tiny_path, run, "checkpoint.every=1", "train.steps=4", resume=True)
     resumed.train()
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if not r.get("final")] == [1, 2, 3, 4]
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def test_checkpoint_files_and_folder_are_fsynced(tiny_path, tmp_path, monkeypatch):
@@ -335,12 +335,19 @@ def test_a_huge_row_is_skipped_and_counted(tiny_path, tmp_path, capfd):
 
 
 def test_eval_size_zero_and_tiny_files_train_to_the_end(tiny_path, tmp_path):
-    result = _trainer(tiny_path, tmp_path / "a", "data.eval_size=0").train()
-    assert result.final_eval == {}
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    app, runner = build_app(), CliRunner()
+    result = runner.invoke(app, ["train", *_overrides(tiny_path, tmp_path / "a", "data.eval_size=0")])
+    assert result.exit_code == 0, result.output
+    assert "no evaluation prompts" in result.output
     data = tmp_path / "two.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n')
-    result = _trainer(tiny_path, tmp_path / "b", f"data.source={data}", "data.eval_size=50").train()
-    assert result.final_eval == {}  # 2 rows: none held out
+    args = _overrides(tiny_path, tmp_path / "b", f"data.source={data}", "data.eval_size=50")
+    result = runner.invoke(app, ["train", *args])
+    assert result.exit_code == 0, result.output  # 2 rows: none can be held out, training still runs
     assert (tmp_path / "b" / "final_model" / "config.json").is_file()
 
 

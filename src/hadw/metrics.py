@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hadw.errors import UserError
 
 # ----------------------------------------------------------------------------------------- files
 METRICS_FILE = "metrics.jsonl"
@@ -64,7 +67,9 @@ FRAC_BOOSTED, FRAC_DAMPED = "hadw/frac_boosted", "hadw/frac_damped"  # responses
 # ----------------------------------------------------------------------------------------- time and resources
 TIME_GEN, TIME_REWARD, TIME_UPDATE, TIME_STEP = "timing_s/gen", "timing_s/reward", "timing_s/update", "timing_s/step"
 THROUGHPUT = "perf/throughput"  # response tokens per second of the whole step
-MAX_MEMORY = "perf/max_memory_gb"  # peak memory: GPU max allocated, or the process's peak RSS on CPU
+CPU_PEAK_RSS = "perf/cpu_peak_rss_gb"  # the process's peak resident memory (GiB)
+GPU_MAX_ALLOCATED = "perf/max_memory_allocated_gb"  # torch's peak allocated GPU memory (GiB), verl's name
+GPU_MAX_RESERVED = "perf/max_memory_reserved_gb"  # torch's peak reserved GPU memory (GiB), verl's name
 
 # ----------------------------------------------------------------------------------------- evaluation
 GREEDY = "greedy"  # accuracy of one greedy (T = 0) answer per problem
@@ -82,9 +87,24 @@ def pass_at(k: int) -> str:
     return f"pass@{k}"
 
 
+VAL_PREFIX = "val/"
+
+
 def val_key(bucket: str, metric: str) -> str:
-    """A periodic evaluation inside metrics.jsonl: val/<source>/<level>/<metric> (verl's val-core/ prefix)."""
-    return f"val/{bucket}/{metric}"
+    """An evaluation value as one flat key: val/<source>/<level>/<metric> (verl's val- prefix). Periodic
+    evaluations are logged in metrics.jsonl under these keys; compare flattens final_eval.json the same way."""
+    return f"{VAL_PREFIX}{bucket}/{metric}"
+
+
+def split_val_key(key: str) -> tuple[str, str]:
+    """val/<bucket>/<metric> -> (bucket, metric)."""
+    bucket, _, metric = key[len(VAL_PREFIX) :].rpartition("/")
+    return bucket, metric
+
+
+def flatten_eval(summary: dict[str, dict[str, float]]) -> dict[str, float]:
+    """{bucket: {metric: value}} -> {val/<bucket>/<metric>: value}."""
+    return {val_key(bucket, name): value for bucket, row in summary.items() for name, value in row.items()}
 
 
 # ----------------------------------------------------------------------------------------- JSON and the reader
@@ -104,6 +124,30 @@ def jsonable(obj: Any) -> Any:
 def dumps(obj: Any, **kwargs: Any) -> str:
     """json.dumps of `jsonable(obj)`, refusing NaN: the one JSON encoding of hadw's files."""
     return json.dumps(jsonable(obj), allow_nan=False, ensure_ascii=False, **kwargs)
+
+
+class MetricsFileError(UserError, ValueError):
+    """A metrics / samples log with a corrupt line that is not the last one."""
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSONL log. A last line cut short (full disk, kill -9 mid-write) is dropped with a
+    warning; a bad line elsewhere raises MetricsFileError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if any(rest.strip() for rest in lines[number:]):
+                raise MetricsFileError(f"{path}:{number}: not a JSON record ({err.msg})") from None
+            warnings.warn(f"{path}:{number}: dropped an unfinished last line (the run was cut off)", stacklevel=2)
+    return records
 
 
 @dataclass
@@ -127,16 +171,7 @@ class RunRecords:
 def read_run(run_dir: str | Path) -> RunRecords:
     """Read metrics.jsonl (a truncated last line, left by a crash, is skipped) and final_eval.json."""
     run_dir = Path(run_dir)
-    records = RunRecords(run_dir)
-    metrics = run_dir / METRICS_FILE
-    if metrics.is_file():
-        lines = metrics.read_text(encoding="utf-8").splitlines()
-        for number, line in enumerate(lines, start=1):
-            try:
-                records.steps.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                if number < len(lines):  # only the last line can be cut short by a killed writer
-                    raise ValueError(f"{metrics}:{number}: not JSON ({err.msg})") from None
+    records = RunRecords(run_dir, read_jsonl(run_dir / METRICS_FILE))
     final = run_dir / FINAL_EVAL_FILE
     if final.is_file():
         records.final_eval = json.loads(final.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Difficulty anchors C_t: a running belief of the policy's current solving ability (method.md §3.1).
+"""Difficulty anchors C_t: a running belief of the policy's current solving ability (docs/method.md §3.1).
 
 An anchor sees exactly one observation per rollout batch, y_t = mean correctness over ALL responses of
 the batch (degenerate groups included, before any dynamic-sampling filter), through `observe(y_t)`,

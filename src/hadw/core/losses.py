@@ -1,4 +1,4 @@
-"""Policy-gradient losses for GRPO, GSPO and DAPO (method.md §3.3), KL penalties and loss aggregation.
+"""Policy-gradient losses for GRPO, GSPO and DAPO (docs/method.md §3.3), KL penalties and loss aggregation.
 
 Shapes: B responses, T response tokens (right-padded).
     logprobs, old_logprobs, ref_logprobs, entropy, response_mask: [B, T]
@@ -8,11 +8,13 @@ The policy-loss functions return a per-token loss matrix [B, T]; `aggregate` red
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from hadw import metrics as M
+from hadw.core.registry import Registry
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -76,10 +78,8 @@ def sequence_clip_loss(logprobs, old_logprobs, advantages, clip_low: float, clip
     return _clipped_surrogate(ratio, adv, clip_low, clip_high), ratio
 
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "token_clip": token_clip_loss,
-    "sequence_clip": sequence_clip_loss,
-}
+# name -> f(logprobs, old_logprobs, advantages, clip_low, clip_high, mask) -> (loss [B, T], ratio [B, T])
+POLICY_LOSSES = Registry("policy loss", {"token_clip": token_clip_loss, "sequence_clip": sequence_clip_loss})
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
@@ -138,15 +138,15 @@ def policy_loss(
     )
     loss = aggregate(loss_mat, response_mask, spec.aggregation, spec.norm_length)
     metrics = _ratio_metrics(ratio.detach(), _token_advantages(advantages, ratio), response_mask, spec)
-    metrics["loss/policy"] = loss.detach()
-    metrics["loss/ppo_kl"] = masked_mean((old_logprobs - logprobs).detach(), response_mask)
+    metrics[M.PG_LOSS] = loss.detach()
+    metrics[M.PPO_KL] = masked_mean((old_logprobs - logprobs).detach(), response_mask)
     if spec.kl_coef and ref_logprobs is not None:
         kl = aggregate(kl_penalty(logprobs, ref_logprobs, spec.kl_estimator), response_mask, spec.aggregation)
         loss = loss + spec.kl_coef * kl
-        metrics["loss/kl_ref"] = kl.detach()
+        metrics[M.KL_LOSS] = kl.detach()
     if entropy is not None:
         mean_entropy = aggregate(entropy, response_mask, spec.aggregation)
-        metrics["actor/entropy"] = mean_entropy.detach()
+        metrics[M.ENTROPY] = mean_entropy.detach()
         if spec.entropy_coef:
             loss = loss - spec.entropy_coef * mean_entropy
     return loss, metrics
@@ -165,9 +165,9 @@ def _ratio_metrics(ratio, adv, mask, spec: LossSpec) -> dict[str, torch.Tensor]:
     ratio_min = torch.where(any_real, ratio.masked_fill(~mask, float("inf")).amin(), 1.0)
     ratio_max = torch.where(any_real, ratio.masked_fill(~mask, float("-inf")).amax(), 1.0)
     return {
-        "actor/clip_frac_low": clipped_low.sum() / n,
-        "actor/clip_frac_high": clipped_high.sum() / n,
-        "actor/ratio_mean": ratio_mean,
-        "actor/ratio_min": ratio_min,
-        "actor/ratio_max": ratio_max,
+        M.PG_CLIPFRAC_LOWER: clipped_low.sum() / n,
+        M.PG_CLIPFRAC: clipped_high.sum() / n,
+        M.RATIO_MEAN: ratio_mean,
+        M.RATIO_MIN: ratio_min,
+        M.RATIO_MAX: ratio_max,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -11,7 +12,9 @@ data_app = typer.Typer(help="Benchmarks and datasets: where they are read from; 
 
 @data_app.command("list")
 def list_cmd(
-    data_dir: str = typer.Option(None, "--data-dir", help="Look here instead of the default data folders."),
+    data_dir: Annotated[
+        str | None, typer.Option("--data-dir", help="Look here instead of the default data folders.")
+    ] = None,
 ) -> None:
     """Each benchmark: the local file it is read from, or the Hub dataset it falls back to."""
     from hadw.data import BENCHMARKS, HUB_BENCHMARKS, default_data_dirs
@@ -29,8 +32,10 @@ def list_cmd(
 
 @data_app.command("download")
 def download_cmd(
-    name: str = typer.Argument(..., help="A benchmark name (math500, aime25, ...) or hf:ORG/NAME[:split]."),
-    out: Path = typer.Option(None, "--out", "-o", help="Data folder to write to (default: ~/.cache/hadw/data)."),
+    name: Annotated[str, typer.Argument(help="A benchmark name (math500, aime25, ...) or hf:ORG/NAME[:split].")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Data folder to write to (default: ~/.cache/hadw/data).")
+    ] = None,
 ) -> None:
     """Save a benchmark's public Hub copy (or any Hub dataset) as JSONL, to use on an offline machine.
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from hadw.cli_lists import parse_ints
+from hadw.errors import UserError
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
     completion_notes,
@@ -22,20 +24,18 @@ from hadw.eval.report import (
 )
 
 DataOption = typer.Option(
-    ...,
     "--data",
     "-d",
     help="task:<name> (addition, linear), benchmark:<name> (math500, aime25, amc23, minerva_math, "
     "olympiadbench, gsm8k), hf:ORG/NAME[:split], or a JSONL/parquet file or HF dataset folder. Repeat for several.",
 )
 DataDirOption = typer.Option(
-    None,
     "--data-dir",
-    help="Benchmark folder (default: $HADW_SHARED_DATA, the repository's ../shared/data, ~/.cache/hadw/data; "
+    help="Benchmark folder (default: $HADW_SHARED_DATA, ~/.cache/hadw/data; "
     "else the Hub).",
 )
-ChatOption = typer.Option("auto", "--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
-JsonOption = typer.Option(None, "--json", help="Write the results as JSON to this file ('-' = stdout).")
+ChatOption = typer.Option("--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
+JsonOption = typer.Option("--json", help="Write the results as JSON to this file ('-' = stdout).")
 
 
 def _chat(value: str):
@@ -44,10 +44,10 @@ def _chat(value: str):
     return {"auto": "auto", "always": True, "never": False}[value]
 
 
-PromptFieldOption = typer.Option(None, "--prompt-field", help="Your data's question field (dotted path: a.b).")
-AnswerFieldOption = typer.Option(None, "--answer-field", help="Your data's gold-answer field (dotted path).")
-LevelFieldOption = typer.Option(None, "--level-field", help="Your data's difficulty-level field (optional).")
-TrustOption = typer.Option(False, "--trust-remote-code", help="Run the model repository's own code (if you trust it).")
+PromptFieldOption = typer.Option("--prompt-field", help="Your data's question field (dotted path: a.b).")
+AnswerFieldOption = typer.Option("--answer-field", help="Your data's gold-answer field (dotted path).")
+LevelFieldOption = typer.Option("--level-field", help="Your data's difficulty-level field (optional).")
+TrustOption = typer.Option("--trust-remote-code", help="Run the model repository's own code (if you trust it).")
 
 
 def _load_sources(
@@ -87,7 +87,7 @@ def _load_sources(
             for spec in data
         ]
     except (ValueError, FileNotFoundError) as err:
-        raise typer.BadParameter(str(err), param_hint="'--data'") from None
+        raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
@@ -96,7 +96,7 @@ def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = F
     try:
         return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
     except (FileNotFoundError, ValueError, OSError) as err:
-        raise typer.BadParameter(str(err), param_hint="'MODEL'") from None
+        raise UserError(f"MODEL {model}: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _write_json(path: str | None, data: dict) -> None:
@@ -115,38 +115,54 @@ def _bar(total: int, desc: str):
 
 
 def eval_cmd(
-    model: str = typer.Argument(..., help="A model folder (any HF causal LM, a run's final_model/) or a Hub id."),
-    data: list[str] = DataOption,
-    data_dir: str = DataDirOption,
-    prompt_field: str = PromptFieldOption,
-    answer_field: str = AnswerFieldOption,
-    level_field: str = LevelFieldOption,
-    trust_remote_code: bool = TrustOption,
-    k: int = typer.Option(
-        1, "--num-samples", "-k", help="k: samples per problem for avg@k and pass@k (1 = greedy only)."
-    ),
-    temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of the k samples."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
-    pass_k: str = typer.Option("1", "--pass-k", help="Comma-separated j for unbiased pass@j (j <= k)."),
-    limit: int = typer.Option(None, "--limit", help="First N problems per source (tasks: N items, default 200)."),
-    levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
-    template: str = typer.Option("auto", "--template", help="Prompt template (auto: plain for tasks, paper else)."),
-    reward: str = typer.Option("auto", "--reward", help="Verifier (auto: exact for tasks, math else)."),
-    max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Default: 16 for tasks, 2048 else."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Problems per generation batch."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
-    chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
-    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
-    json_path: str = JsonOption,
-    markdown: Path = typer.Option(None, "--markdown", "--md", help="Write the table as markdown to this file."),
-    samples: Path = typer.Option(
-        None,
-        "--samples",
-        help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
-        "tokens) to this file, to see why a score is what it is.",
-    ),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar per problem."),
+    model: Annotated[str, typer.Argument(help="A model folder (any HF causal LM, a run's final_model/) or a Hub id.")],
+    data: Annotated[list[str], DataOption],
+    data_dir: Annotated[str | None, DataDirOption] = None,
+    prompt_field: Annotated[str | None, PromptFieldOption] = None,
+    answer_field: Annotated[str | None, AnswerFieldOption] = None,
+    level_field: Annotated[str | None, LevelFieldOption] = None,
+    trust_remote_code: Annotated[bool, TrustOption] = False,
+    k: Annotated[
+        int, typer.Option("--num-samples", "-k", help="k: samples per problem for avg@k and pass@k (1 = greedy only).")
+    ] = 1,
+    temperature: Annotated[
+        float, typer.Option("--temperature", "-t", help="Sampling temperature of the k samples.")
+    ] = 1.0,
+    top_p: Annotated[
+        float, typer.Option("--top-p", help="Nucleus sampling: keep the smallest token set of this mass.")
+    ] = 1.0,
+    pass_k: Annotated[str, typer.Option("--pass-k", help="Comma-separated j for unbiased pass@j (j <= k).")] = "1",
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="First N problems per source (tasks: N items, default 200).")
+    ] = None,
+    levels: Annotated[
+        str | None, typer.Option("--levels", help="Built-in tasks: comma-separated levels (default all).")
+    ] = None,
+    template: Annotated[
+        str, typer.Option("--template", help="Prompt template (auto: plain for tasks, paper else).")
+    ] = "auto",
+    reward: Annotated[str, typer.Option("--reward", help="Verifier (auto: exact for tasks, math else).")] = "auto",
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Problems per generation batch.")] = 64,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
+    chat_template: Annotated[str, ChatOption] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
+    json_path: Annotated[str | None, JsonOption] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", "--md", help="Write the table as markdown to this file.")
+    ] = None,
+    samples: Annotated[
+        Path | None,
+        typer.Option(
+            "--samples",
+            help="Write every completion as JSONL (prompt, completion, extracted answer, gold, score, finish reason, "
+            "tokens) to this file, to see why a score is what it is.",
+        ),
+    ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar per problem.")] = True,
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
     from hadw.eval.evaluate import evaluate_sources
@@ -199,30 +215,44 @@ def eval_cmd(
 
 
 def probe_cmd(
-    model: str = typer.Argument(..., help="A model folder or a Hub id."),
-    data: list[str] = DataOption,
-    data_dir: str = DataDirOption,
-    prompt_field: str = PromptFieldOption,
-    answer_field: str = AnswerFieldOption,
-    level_field: str = LevelFieldOption,
-    trust_remote_code: bool = TrustOption,
-    group_size: int = typer.Option(8, "--group-size", "-G", help="G: the small group GRPO uses."),
-    reference: int = typer.Option(128, "--reference", "-N", help="N: samples whose success rate stands in for p."),
-    groups: int = typer.Option(1, "--groups", help="Independent groups of G per prompt (more = tighter estimates)."),
-    limit: int = typer.Option(64, "--limit", help="Prompts per source."),
-    levels: str = typer.Option(None, "--levels", help="Built-in tasks: comma-separated levels (default all)."),
-    temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature of every sample."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling: keep the smallest token set of this mass."),
-    template: str = typer.Option("auto", "--template", help="Prompt template (auto: plain for tasks, paper else)."),
-    reward: str = typer.Option("auto", "--reward", help="Verifier (auto: exact for tasks, math else)."),
-    max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Default: 16 for tasks, 2048 else."),
-    edges: str = typer.Option("0,0.125,0.25,0.5,0.75,0.875,1", "--edges", help="p_ref bucket edges."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed (tasks: also picks the held-out items)."),
-    chat_template: str = ChatOption,
-    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32 | bfloat16."),
-    device: str = typer.Option("auto", "--device", help="auto (cuda when available) | cpu | cuda."),
-    png: Path = typer.Option(Path("probe.png"), "--png", help="Figure path."),
-    json_path: str = JsonOption,
+    model: Annotated[str, typer.Argument(help="A model folder or a Hub id.")],
+    data: Annotated[list[str], DataOption],
+    data_dir: Annotated[str | None, DataDirOption] = None,
+    prompt_field: Annotated[str | None, PromptFieldOption] = None,
+    answer_field: Annotated[str | None, AnswerFieldOption] = None,
+    level_field: Annotated[str | None, LevelFieldOption] = None,
+    trust_remote_code: Annotated[bool, TrustOption] = False,
+    group_size: Annotated[int, typer.Option("--group-size", "-G", help="G: the small group GRPO uses.")] = 8,
+    reference: Annotated[
+        int, typer.Option("--reference", "-N", help="N: samples whose success rate stands in for p.")
+    ] = 128,
+    groups: Annotated[
+        int, typer.Option("--groups", help="Independent groups of G per prompt (more = tighter estimates).")
+    ] = 1,
+    limit: Annotated[int, typer.Option("--limit", help="Prompts per source.")] = 64,
+    levels: Annotated[
+        str | None, typer.Option("--levels", help="Built-in tasks: comma-separated levels (default all).")
+    ] = None,
+    temperature: Annotated[
+        float, typer.Option("--temperature", "-t", help="Sampling temperature of every sample.")
+    ] = 1.0,
+    top_p: Annotated[
+        float, typer.Option("--top-p", help="Nucleus sampling: keep the smallest token set of this mass.")
+    ] = 1.0,
+    template: Annotated[
+        str, typer.Option("--template", help="Prompt template (auto: plain for tasks, paper else).")
+    ] = "auto",
+    reward: Annotated[str, typer.Option("--reward", help="Verifier (auto: exact for tasks, math else).")] = "auto",
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
+    ] = None,
+    edges: Annotated[str, typer.Option("--edges", help="p_ref bucket edges.")] = "0,0.125,0.25,0.5,0.75,0.875,1",
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
+    chat_template: Annotated[str, ChatOption] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
+    png: Annotated[Path, typer.Option("--png", help="Figure path.")] = Path("probe.png"),
+    json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe

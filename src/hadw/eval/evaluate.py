@@ -19,6 +19,7 @@ from math import comb
 
 import torch
 
+from hadw import metrics as M
 from hadw.data import Problem, render_prompt
 from hadw.data.answers import extract_answer
 from hadw.eval.data import EvalSource
@@ -47,16 +48,23 @@ class EvalReport:
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)  # one record per completion (module docstring)
     seconds: float = 0.0  # generation wall time
+    greedy: bool = True  # temperature 0: the mean is called "greedy", else "avg@k"
+
+    @property
+    def mean_key(self) -> str:
+        """"greedy" for one greedy answer per problem, else "avg@k" (hadw.metrics names)."""
+        return M.GREEDY if self.k == 1 and self.greedy else M.avg_at(self.k)
 
     @property
     def accuracy(self) -> float:
-        return self.summary["all"]["avg@k"]
+        return self.summary[M.ALL][self.mean_key]
 
     def level_accuracy(self) -> dict[str, float]:
-        return {key: row["avg@k"] for key, row in self.summary.items() if "/L" in key}
+        return {key: row[self.mean_key] for key, row in self.summary.items() if "/L" in key}
 
 
-def _summarise(correct: list[list[float]], problems: Sequence[Problem], pass_ks: Sequence[int]) -> dict:
+def _summarise(correct: list[list[float]], problems: Sequence[Problem], pass_ks: Sequence[int], mean_key: str) -> dict:
+    """bucket ("all", "<source>", "<source>/L<level>") -> {count, <mean_key>: mean correctness, pass@j}."""
     buckets: dict[str, list[int]] = defaultdict(list)
     for i, problem in enumerate(problems):
         buckets["all"].append(i)
@@ -66,10 +74,10 @@ def _summarise(correct: list[list[float]], problems: Sequence[Problem], pass_ks:
     summary = {}
     for key, rows in sorted(buckets.items()):
         n = len(correct[rows[0]])
-        entry = {"count": float(len(rows)), "avg@k": sum(sum(correct[i]) / n for i in rows) / len(rows)}
+        entry = {M.COUNT: float(len(rows)), mean_key: sum(sum(correct[i]) / n for i in rows) / len(rows)}
         for k in pass_ks:
             if k <= n:
-                entry[f"pass@{k}"] = sum(pass_at_k(n, int(sum(correct[i])), k) for i in rows) / len(rows)
+                entry[M.pass_at(k)] = sum(pass_at_k(n, int(sum(correct[i])), k) for i in rows) / len(rows)
         summary[key] = entry
     return summary
 
@@ -110,7 +118,7 @@ def evaluate(
     seed: int = 0,
     engine: RolloutEngine | None = None,
     use_chat_template: bool | str = "auto",
-    pass_ks: Sequence[int] = (1,),
+    pass_ks: Sequence[int] = (),
     progress=None,
 ) -> EvalReport:
     """Sample k responses per problem (greedy when temperature = 0) and score them with `reward`.
@@ -145,7 +153,9 @@ def evaluate(
                 "extracted": extracted_answer(text, reward), "gold": problem.answer, "score": scores[i],
                 "finish_reason": batch.finish_reasons[i], "tokens": int(lengths[i]),
             })  # fmt: skip
-    return EvalReport(correct, list(problems), k, _summarise(correct, problems, pass_ks), samples, seconds)
+    mean_key = M.GREEDY if k == 1 and temperature == 0 else M.avg_at(k)
+    summary = _summarise(correct, problems, pass_ks, mean_key)
+    return EvalReport(correct, list(problems), k, summary, samples, seconds, greedy=temperature == 0)
 
 
 def _per_problem(progress, k: int):
@@ -198,7 +208,7 @@ def evaluate_sources(
     k: int = 1,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    pass_ks: Sequence[int] = (1,),
+    pass_ks: Sequence[int] = (),
     batch_size: int = 64,
     seed: int = 0,
     use_chat_template: bool | str = "auto",
@@ -243,11 +253,12 @@ def evaluate_sources(
                 evaluate(model, tokenizer, source.problems, k=k, temperature=temperature, top_p=top_p, **common),
             )
     table = {
-        key: {"count": row["count"], "greedy": row["avg@k"]} for key, row in _summarise(greedy, problems, ()).items()
+        key: {M.COUNT: row[M.COUNT], M.GREEDY: row[M.GREEDY]}
+        for key, row in _summarise(greedy, problems, (), M.GREEDY).items()
     }
     if sample:
-        for key, row in _summarise(sampled, problems, pass_ks).items():
-            table[key][f"avg@{k}"] = row["avg@k"]
+        for key, row in _summarise(sampled, problems, pass_ks, M.avg_at(k)).items():
+            table[key][M.avg_at(k)] = row[M.avg_at(k)]
             table[key] |= {name: value for name, value in row.items() if name.startswith("pass@")}
     stats = {mode: completion_stats(*runs[mode]) for mode in (("greedy", "sampled") if sample else ("greedy",))}
     stats["memory"] = peak_memory_metrics()

@@ -11,6 +11,8 @@ import sys
 
 import torch
 
+from hadw import metrics as M
+
 _GB = 1024**3
 
 
@@ -22,8 +24,8 @@ def cpu_peak_rss_gb() -> float:
 
 def peak_memory_metrics() -> dict[str, float]:
     """{"perf/cpu_peak_rss_gb": ..., and on CUDA "perf/max_memory_allocated_gb" / "perf/max_memory_reserved_gb"}."""
-    metrics = {"perf/cpu_peak_rss_gb": cpu_peak_rss_gb()}
+    metrics = {M.CPU_PEAK_RSS: cpu_peak_rss_gb()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / _GB
-        metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / _GB
+        metrics[M.GPU_MAX_ALLOCATED] = torch.cuda.max_memory_allocated() / _GB
+        metrics[M.GPU_MAX_RESERVED] = torch.cuda.max_memory_reserved() / _GB
     return metrics

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from hadw import metrics as M
+from hadw.metrics import jsonable  # noqa: F401  (re-exported: the report's JSON encoding)
+
 
 def bucket_order(key: str) -> tuple:
     """ "all" first, then each source followed by its levels in numeric order ("L2" before "L10")."""
@@ -68,9 +71,9 @@ def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
     ]
     memory = stats.get("memory", {})
     if memory:
-        parts = [f"CPU peak RSS {memory['perf/cpu_peak_rss_gb']:.2f} GiB"]
-        if "perf/max_memory_allocated_gb" in memory:
-            parts.append(f"GPU max allocated {memory['perf/max_memory_allocated_gb']:.2f} GiB")
+        parts = [f"CPU peak RSS {memory[M.CPU_PEAK_RSS]:.2f} GiB"]
+        if M.GPU_MAX_ALLOCATED in memory:
+            parts.append(f"GPU max allocated {memory[M.GPU_MAX_ALLOCATED]:.2f} GiB")
         lines.append("memory: " + ", ".join(parts))
     for mode, s in stats.items():
         if mode != "memory" and s["completions"] and s["answered"] == 0:
@@ -89,11 +92,11 @@ def interval_cell(iv, digits: int = 3, signed: bool = False) -> str:
     return f"{f(iv.mean)} [{f(iv.low)}, {f(iv.high)}]" if iv.n > 1 else f"{f(iv.mean)} (n=1)"
 
 
-def compare_rows(result, metric_name: str = "avg@k") -> tuple[list[str], list[list[str]]]:
+def compare_rows(result, metric_name: str = M.GREEDY) -> tuple[list[str], list[list[str]]]:
     """One row per bucket: each arm's mean [CI] over seeds, then each arm − baseline, paired by seed, with p."""
-    suffix = "/" + metric_name
     keys = sorted(
-        (k for k in result.metrics if k.endswith(suffix)), key=lambda k: bucket_order(k[len("eval/") : -len(suffix)])
+        (k for k in result.metrics if M.split_val_key(k)[1] == metric_name),
+        key=lambda k: bucket_order(M.split_val_key(k)[0]),
     )
     others = [a for a in result.arms if a != result.baseline]
     headers = [
@@ -105,7 +108,7 @@ def compare_rows(result, metric_name: str = "avg@k") -> tuple[list[str], list[li
     rows = []
     for key in keys:
         m = result.metrics[key]
-        cells = [key[len("eval/") : -len(suffix)]]
+        cells = [M.split_val_key(key)[0]]
         cells += [f"{interval_cell(m.arms.get(a))} ({m.arms[a].n})" if a in m.arms else "—" for a in result.arms]
         cells += [interval_cell(m.diffs[a].diff, signed=True) if a in m.diffs else "—" for a in others]
         cells += [fmt(m.diffs[a].p_value) if a in m.diffs else "—" for a in others]
@@ -155,12 +158,3 @@ def _probe_cell(row: dict[str, float], metric, digits: int) -> str:
     return fmt(int(row[metric]) if digits == 0 else row[metric], digits)
 
 
-def jsonable(obj):
-    """Replace NaN / inf floats (not valid JSON) by None, recursively."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    return obj

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from hadw import metrics as M
 from hadw.cli_lists import parse_ints
 from hadw.eval.cli import JsonOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
@@ -16,28 +17,48 @@ from hadw.train.cli import _quiet_transformers
 
 
 def compare_cmd(
-    config: Path = typer.Option(None, "--config", "-c", help="Base YAML config of every run."),
-    arm: list[str] = typer.Option(
-        [],
-        "--arm",
-        "-a",
-        help="NAME:OVERRIDES, e.g. 'grpo:' or 'hadw:hadw.enabled=true' or 'g16:rollout.group_size=16'. The first is "
-        "the baseline unless --baseline. Repeat for each arm; omit all to collect the arms already in --out.",
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Base YAML config of every run.")] = None,
+    arm: Annotated[
+        list[str],
+        typer.Option(
+            "--arm",
+            "-a",
+            help="NAME:OVERRIDES, e.g. 'grpo:' or 'hadw:hadw.enabled=true' or 'g16:rollout.group_size=16'. "
+            "The first is the baseline unless --baseline. Repeat for each arm; omit all to collect the arms "
+            "already in --out.",
+        ),
+    ] = [],
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds", help="Seeds, e.g. 0,1,2 or 0-4; each arm runs every one (default 0-4; collect: all found)."
+        ),
+    ] = None,
+    override: Annotated[list[str], typer.Option("--set", "-s", help="key=value applied to every arm (repeat).")] = [],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder of the runs and the reports.")] = Path(
+        "runs/compare"
     ),
-    seeds: str = typer.Option(
-        None, "--seeds", help="Seeds, e.g. 0,1,2 or 0-4; each arm runs every one (default 0-4; collect: all found)."
-    ),
-    override: list[str] = typer.Option([], "--set", "-s", help="key=value applied to every arm (repeat)."),
-    out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="Folder of the runs and the reports."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each)."),
-    collect_only: bool = typer.Option(False, "--collect-only", help="Do not train; aggregate what is in --out."),
-    baseline: str = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the first)."),
-    metric: list[str] = typer.Option(["avg@k"], "--metric", help="Final eval metric name(s) to compare."),
-    curve_metric: list[str] = typer.Option(["reward/accuracy"], "--curve", help="Per-step metric(s) to plot."),
-    smooth: int = typer.Option(5, "--smooth", help="Moving average window of the learning curves."),
-    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals, in (0, 1)."),
-    method: str = typer.Option("t", "--interval", help="t (Student t over seeds) | bootstrap (percentile)."),
-    json_path: str = JsonOption,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each).")
+    ] = 1,
+    collect_only: Annotated[
+        bool, typer.Option("--collect-only", help="Do not train; aggregate what is in --out.")
+    ] = False,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Arm the others are compared with (default: the first).")
+    ] = None,
+    metric: Annotated[
+        list[str], typer.Option("--metric", help="Final eval metric(s) to compare: greedy, avg@K, pass@K (repeat).")
+    ] = [M.GREEDY],
+    curve_metric: Annotated[list[str], typer.Option("--curve", help="Per-step metric(s) to plot (repeat).")] = [
+        M.SCORE_MEAN
+    ],
+    smooth: Annotated[int, typer.Option("--smooth", help="Moving average window of the learning curves.")] = 5,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Confidence level of the intervals, in (0, 1).")
+    ] = 0.95,
+    method: Annotated[str, typer.Option("--interval", help="t (Student t over seeds) | bootstrap (percentile).")] = "t",
+    json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
     from hadw.experiments import compare as cmp

@@ -6,11 +6,11 @@
     result = aggregate(collect_runs(specs), baseline="grpo")
 
 Layout: <out_dir>/<arm>/seed<k>/ is one Trainer run dir (metrics.jsonl, config.yaml, checkpoint-*/,
-final_model/). A run is *finished* when final_model/ exists and metrics.jsonl holds the final record
-("final": 1, "eval/<bucket>/<metric>" keys); it is then never run again. A run with a checkpoint
-resumes from it (Trainer(..., resume=True)); anything else starts from scratch.
+final_model/). A run is *finished* when final_model/ and final_eval.json exist; it is then never run again.
+A run with a checkpoint resumes from it (Trainer(..., resume=True)); anything else starts from scratch.
 
-Aggregation is per final metric key ("eval/all/avg@k", "eval/addition/L3/avg@k", ...): per arm the mean
+Aggregation is per final metric key ("val/all/greedy", "val/addition/L3/greedy", ...: final_eval.json
+flattened with hadw.metrics.val_key): per arm the mean
 over seeds with a t (or bootstrap) interval, and per arm the paired difference to the baseline arm
 (paired by seed: both arms share the seed's prompts and sampling streams, so the pairing removes the
 seed-to-seed variation both arms have in common).
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hadw import metrics as M
 from hadw.experiments.stats import Interval, PairedDifference, interval, paired_difference
-from hadw.train.metrics_log import METRICS_FILE, read_jsonl
+from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 MANIFEST = "compare_manifest.json"
@@ -133,12 +134,7 @@ def plan_runs(
 
 
 def is_finished(run_dir: Path) -> bool:
-    return (run_dir / "final_model").is_dir() and final_record(run_dir) is not None
-
-
-def final_record(run_dir: Path) -> dict | None:
-    finals = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final") == 1]
-    return finals[-1] if finals else None
+    return (run_dir / "final_model").is_dir() and (run_dir / M.FINAL_EVAL_FILE).is_file()
 
 
 def run_status(run_dir: Path) -> str:
@@ -174,7 +170,7 @@ def execute_run(spec: RunSpec) -> dict:
         if status == "finished":
             return {"arm": spec.arm, "seed": spec.seed, "status": "reused", "error": None}
         if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
-            for name in (METRICS_FILE, "samples.jsonl"):
+            for name in (METRICS_FILE, SAMPLES_FILE):
                 (spec.run_dir / name).unlink(missing_ok=True)
         from hadw.train.trainer import Trainer
 
@@ -274,8 +270,8 @@ class RunLog:
     arm: str
     seed: int
     run_dir: Path
-    final: dict[str, float] | None  # the final record's numeric values (None: not finished)
-    steps: list[dict]  # per-step records (the final record excluded)
+    final: dict[str, float] | None  # final_eval.json flattened to val/<bucket>/<metric> (None: not finished)
+    steps: list[dict]  # per-step records of metrics.jsonl
 
 
 def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, RunLog]]:
@@ -285,19 +281,20 @@ def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int])
         runs[arm] = {}
         for seed in seeds:
             run_dir = run_dir_for(out_dir, arm, seed)
-            records = read_jsonl(run_dir / METRICS_FILE)
-            if not records:
+            records = read_run(run_dir)
+            if not records.steps and not records.finished:
                 continue
-            finals = [r for r in records if r.get("final") == 1]
-            final = {k: float(v) for k, v in finals[-1].items() if isinstance(v, int | float)} if finals else None
-            steps = [r for r in records if r.get("final") != 1]
-            runs[arm][seed] = RunLog(arm, seed, run_dir, final, steps)
+            final = None
+            if records.final_eval is not None:
+                flat = M.flatten_eval(records.final_eval)
+                final = {k: float(v) for k, v in flat.items() if isinstance(v, int | float)}
+            runs[arm][seed] = RunLog(arm, seed, run_dir, final, records.steps)
     return runs
 
 
 @dataclass
 class MetricComparison:
-    key: str  # e.g. "eval/addition/L3/avg@k"
+    key: str  # e.g. "val/addition/L3/greedy"
     arms: dict[str, Interval]
     values: dict[str, dict[int, float]]  # arm -> seed -> value
     diffs: dict[str, PairedDifference]  # non-baseline arm -> (arm − baseline)
@@ -331,19 +328,19 @@ class CompareResult:
 
 
 def final_keys(runs: dict[str, dict[int, RunLog]], metric_names: Sequence[str]) -> list[str]:
-    """Final-record keys "eval/<bucket>/<name>" for the given metric names, present in any run."""
+    """Final keys "val/<bucket>/<name>" for the given metric names, present in any run."""
     keys: set[str] = set()
     for by_seed in runs.values():
         for log in by_seed.values():
             if log.final:
-                keys.update(k for k in log.final if k.startswith("eval/") and k.rsplit("/", 1)[-1] in metric_names)
+                keys.update(k for k in log.final if M.split_val_key(k)[1] in metric_names)
     return sorted(keys)
 
 
 def aggregate(
     runs: dict[str, dict[int, RunLog]],
     baseline: str | None = None,
-    metric_names: Sequence[str] = ("avg@k",),
+    metric_names: Sequence[str] = (M.GREEDY,),
     confidence: float = 0.95,
     method: str = "t",
 ) -> CompareResult:

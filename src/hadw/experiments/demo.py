@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from hadw import metrics as M
 from hadw.experiments.plots import final_eval, plot_runs
 from hadw.train.config import load_config
-from hadw.train.metrics_log import METRICS_FILE, read_jsonl
 
 DEMO_TASK = "addition"
 DEMO_LEVELS = [1, 2, 3]
@@ -143,11 +143,11 @@ def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
         while any(p.is_alive() for p in processes):
             time.sleep(1.0)
             for name, run_dir in runs.items():
-                records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
+                records = M.read_run(run_dir).steps
                 if records:
                     recent = records[-10:]
-                    acc = sum(r["reward/accuracy"] for r in recent) / len(recent)
-                    info = f"train acc (last 10) {acc:.3f}  anchor C {records[-1]['hadw/anchor']:.2f}"
+                    acc = sum(r[M.SCORE_MEAN] for r in recent) / len(recent)
+                    info = f"train acc (last 10) {acc:.3f}  anchor C {records[-1][M.ANCHOR]:.2f}"
                     progress.update(tasks[name], completed=records[-1]["step"], info=info)
         for name in runs:
             progress.update(tasks[name], completed=steps)
@@ -160,8 +160,8 @@ def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[s
     lines = ["| level | n | warm start | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
     for b in buckets:
         label = b.split("/")[-1] if "/" in b else "all"
-        row = [f"{finals[n][b]:.3f} ({finals[n][b] - initial[b]['avg@k']:+.3f})" for n in names]
-        lines.append(f"| {label} | {int(initial[b]['count'])} | {initial[b]['avg@k']:.3f} | " + " | ".join(row) + " |")
+        row = [f"{finals[n][b]:.3f} ({finals[n][b] - initial[b][M.GREEDY]:+.3f})" for n in names]
+        lines.append(f"| {label} | {int(initial[b][M.COUNT])} | {initial[b][M.GREEDY]:.3f} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -192,7 +192,7 @@ def run_demo(settings: DemoSettings) -> str:
         for name, run_dir in runs.items()
     ]
     for run_dir in runs.values():  # a fresh run each time: stale metrics would confuse the table
-        if (run_dir / METRICS_FILE).exists():
+        if (run_dir / M.METRICS_FILE).exists():
             import shutil
 
             shutil.rmtree(run_dir)

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
+from hadw import metrics as M
 from hadw.eval.report import bucket_order
 from hadw.experiments.compare import CompareResult, RunLog, curve
 from hadw.plotting import COLORS, save, subplots
-from hadw.train.metrics_log import METRICS_FILE, read_jsonl
 
 
 def plot_compare(
     path: str | Path,
     runs: dict[str, dict[int, RunLog]],
     result: CompareResult,
-    curve_metrics: Sequence[str] = ("reward/accuracy",),
-    final_metric: str = "avg@k",
+    curve_metrics: Sequence[str] = (M.SCORE_MEAN,),
+    final_metric: str = M.GREEDY,
     smooth: int = 5,
 ) -> Path:
     """Learning curves (mean over seeds, t band) per curve metric; final metric per bucket with intervals;
@@ -37,11 +37,11 @@ def plot_compare(
         ax.set(xlabel="step", ylabel=metric, title=f"{metric} (mean, {result.confidence:.0%} t band{smoothed})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    suffix = "/" + final_metric
     keys = sorted(
-        (k for k in result.metrics if k.endswith(suffix)), key=lambda k: bucket_order(k[len("eval/") : -len(suffix)])
+        (k for k in result.metrics if M.split_val_key(k)[1] == final_metric),
+        key=lambda k: bucket_order(M.split_val_key(k)[0]),
     )
-    buckets = [k[len("eval/") : -len(suffix)] for k in keys]
+    buckets = [M.split_val_key(k)[0] for k in keys]
     x = np.arange(len(keys))
     ax_final, ax_diff = axes[-2], axes[-1]
     _interval_bars(
@@ -133,12 +133,12 @@ def plot_runs(
     fig, axes = subplots(1, panels, figsize=(5.5 * panels, 4))
     ax_acc, ax_c = axes[0], axes[1]
     for name, run_dir in runs.items():
-        records = [r for r in read_jsonl(run_dir / METRICS_FILE) if "final" not in r]
+        records = M.read_run(run_dir).steps
         steps = [r["step"] for r in records]
-        acc = [r["reward/accuracy"] for r in records]
+        acc = [r[M.SCORE_MEAN] for r in records]
         window = [acc[max(0, i - smooth + 1) : i + 1] for i in range(len(acc))]
         ax_acc.plot(steps, [sum(w) / len(w) for w in window], label=name)
-        ax_c.plot(steps, [r["hadw/anchor"] for r in records], label=name)
+        ax_c.plot(steps, [r[M.ANCHOR] for r in records], label=name)
     ax_acc.set(xlabel="training step", ylabel=f"rollout accuracy, T=1 ({smooth}-step mean)", title="Rollout accuracy")
     ax_c.set(xlabel="training step", ylabel="anchor C (window, k=10)", title="Difficulty anchor")
     if initial is not None:
@@ -151,7 +151,7 @@ def plot_runs(
 
 def _plot_levels(ax, runs: dict[str, Path], initial: dict[str, dict[str, float]]) -> None:
     buckets = [b for b in sorted(initial) if "/L" in b] + ["all"]
-    series = {"warm start": [initial[b]["avg@k"] for b in buckets]}
+    series = {"warm start": [initial[b][M.GREEDY] for b in buckets]}
     series |= {name: [final_eval(run_dir)[b] for b in buckets] for name, run_dir in runs.items()}
     width = 0.8 / len(series)
     for i, (name, values) in enumerate(series.items()):
@@ -163,9 +163,7 @@ def _plot_levels(ax, runs: dict[str, Path], initial: dict[str, dict[str, float]]
 
 def final_eval(run_dir: Path) -> dict[str, float]:
     """Greedy accuracy per bucket from the final evaluation of a finished run."""
-    final = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("final")]
-    if not final:
-        raise RuntimeError(f"run {run_dir} did not finish; see its metrics.jsonl")
-    prefix, suffix = "eval/", "/avg@k"
-    record = final[-1]
-    return {k[len(prefix) : -len(suffix)]: v for k, v in record.items() if k.startswith(prefix) and k.endswith(suffix)}
+    final = M.read_run(run_dir).final_eval
+    if final is None:
+        raise RuntimeError(f"run {run_dir} did not finish (no {M.FINAL_EVAL_FILE}); see its metrics.jsonl")
+    return {bucket: row[M.GREEDY] for bucket, row in final.items()}

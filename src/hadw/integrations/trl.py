@@ -39,7 +39,7 @@ ANCHOR_STATE_NAME = "hadw_anchor.json"
 
 @dataclass
 class HADWGRPOConfig(GRPOConfig):
-    """`GRPOConfig` plus the HA-DW options (method.md §3). Anchor parameters are `hadw_anchor_<name>`;
+    """`GRPOConfig` plus the HA-DW options (docs/method.md §3). Anchor parameters are `hadw_anchor_<name>`;
     only those of the chosen anchor kind are used."""
 
     hadw_enabled: bool = field(default=True, metadata={"help": "Rescale advantages with Φ (False: plain GRPO)."})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -26,10 +27,8 @@ DEFAULT_P = [0.05, 0.125, 0.25, 0.375, 0.5, 0.75, 0.875]
 DEFAULT_INTERVALS = ["0:0.5", "0:0.25", "0:0.125", "0:2/G", "0.5:1", "0.75:1"]
 DEFAULT_DISTS = ["beta:2,5", "beta:5,2", "beta:0.5,0.5", "truncnorm:0.3,0.2"]
 
-GroupSizes = typer.Option(
-    [",".join(map(str, DEFAULT_G))], "--group-size", "-G", help="Group sizes G, e.g. 4,8 (or repeat the option)."
-)
-JsonFlag = typer.Option(False, "--json", help="Print JSON instead of a table.")
+GroupSizes = typer.Option("--group-size", "-G", help="Group sizes G, e.g. 4,8 (or repeat the option).")
+JsonFlag = typer.Option("--json", help="Print JSON instead of a table.")
 
 
 def _emit(data: dict, table: Table, as_json: bool) -> None:
@@ -65,15 +64,19 @@ def _check_groups(values: list[str]) -> list[int]:
 
 @bias_app.command("table")
 def table_cmd(
-    group_sizes: list[str] = GroupSizes,
-    success_rates: list[str] = typer.Option(
-        [",".join(map(str, DEFAULT_P))],
-        "--success-rate",
-        "-p",
-        help="True success rates p of a prompt in [0, 1], e.g. 0.1,0.5 (or repeat the option).",
-    ),
-    eps: float = typer.Option(0.0, "--eps", help="Margin ε ≥ 0 of the mis-estimation probability (0: ε→0 limit)."),
-    as_json: bool = JsonFlag,
+    group_sizes: Annotated[list[str], GroupSizes] = [",".join(map(str, DEFAULT_G))],
+    success_rates: Annotated[
+        list[str],
+        typer.Option(
+            "--success-rate",
+            "-p",
+            help="True success rates p of a prompt in [0, 1], e.g. 0.1,0.5 (or repeat the option).",
+        ),
+    ] = [",".join(map(str, DEFAULT_P))],
+    eps: Annotated[
+        float, typer.Option("--eps", help="Margin ε ≥ 0 of the mis-estimation probability (0: ε→0 limit).")
+    ] = 0.0,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias (Lemma 2), degenerate-group probability and mis-estimation probability (Theorem 2) per G and p."""
     group_sizes = _check_groups(group_sizes)
@@ -132,17 +135,22 @@ def parse_bound(text: str, G: int) -> float:
 
 @bias_app.command("average")
 def average_cmd(
-    group_sizes: list[str] = typer.Option(["2-8"], "--group-size", "-G", help="Group sizes G, e.g. 2-8 or 4,8."),
-    intervals: list[str] = typer.Option(
-        DEFAULT_INTERVALS,
-        "--interval",
-        "-i",
-        help="Interval LO:HI of p (repeat). Bounds are numbers, fractions (1/8) or multiples of 1/G (2/G).",
-    ),
-    direction: str = typer.Option(
-        "auto", "--direction", help="Which mis-estimate: auto (under for p ≤ 1/2, over above), under or over."
-    ),
-    as_json: bool = JsonFlag,
+    group_sizes: Annotated[list[str], typer.Option("--group-size", "-G", help="Group sizes G, e.g. 2-8 or 4,8.")] = [
+        "2-8"
+    ],
+    intervals: Annotated[
+        list[str],
+        typer.Option(
+            "--interval",
+            "-i",
+            help="Interval LO:HI of p (repeat). Bounds are numbers, fractions (1/8) or multiples of 1/G (2/G).",
+        ),
+    ] = DEFAULT_INTERVALS,
+    direction: Annotated[
+        str,
+        typer.Option("--direction", help="Which mis-estimate: auto (under for p ≤ 1/2, over above), under or over."),
+    ] = "auto",
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Probability of a mis-estimate given S for p ~ Uniform[LO, HI], ε → 0 (Corollaries 1–3)."""
     group_sizes = _check_groups(group_sizes)
@@ -169,13 +177,13 @@ def average_cmd(
 
 @bias_app.command("lambda")
 def lambda_cmd(
-    p_hat: float = typer.Option(..., "--p-hat", help="Observed group success rate p̂ ∈ (0, 1)."),
-    anchor: float = typer.Option(..., "--anchor", help="Difficulty anchor C ∈ [0, 1] (e.g. recent accuracy)."),
-    group_size: int = typer.Option(8, "--group-size", "-G", help="Group size G ≥ 2."),
-    margin: float = typer.Option(0.1, "--margin", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ]."),
-    delta: float = typer.Option(0.1, "--delta", help="δ ∈ (0, 1): failure probability of the range."),
-    eps: float = typer.Option(0.1, "--eps", help="ε > 0: allowed error of the rectified baseline."),
-    as_json: bool = JsonFlag,
+    p_hat: Annotated[float, typer.Option("--p-hat", help="Observed group success rate p̂ ∈ (0, 1).")],
+    anchor: Annotated[float, typer.Option("--anchor", help="Difficulty anchor C ∈ [0, 1] (e.g. recent accuracy).")],
+    group_size: Annotated[int, typer.Option("--group-size", "-G", help="Group size G ≥ 2.")] = 8,
+    margin: Annotated[float, typer.Option("--margin", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ].")] = 0.1,
+    delta: Annotated[float, typer.Option("--delta", help="δ ∈ (0, 1): failure probability of the range.")] = 0.1,
+    eps: Annotated[float, typer.Option("--eps", help="ε > 0: allowed error of the rectified baseline.")] = 0.1,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """λ_scale range of Theorem 3 (via Lemma 1's c_low, c_high) for correct and incorrect responses."""
     _check_groups([group_size])
@@ -229,16 +237,18 @@ def parse_distribution(spec: str):
 
 @bias_app.command("continuous")
 def continuous_cmd(
-    dists: list[str] = typer.Option(
-        DEFAULT_DISTS,
-        "--dist",
-        "-d",
-        help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
-        "[0, 1]); repeat for several.",
-    ),
-    group_sizes: list[str] = GroupSizes,
-    sigma: float = typer.Option(0.1, "--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ."),
-    as_json: bool = JsonFlag,
+    dists: Annotated[
+        list[str],
+        typer.Option(
+            "--dist",
+            "-d",
+            help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
+            "[0, 1]); repeat for several.",
+        ),
+    ] = DEFAULT_DISTS,
+    group_sizes: Annotated[list[str], GroupSizes] = [",".join(map(str, DEFAULT_G))],
+    sigma: Annotated[float, typer.Option("--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ.")] = 0.1,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias of the group-mean baseline for continuous rewards (Theorem 4, with the corrected 1/G)."""
     group_sizes = _check_groups(group_sizes)
@@ -278,14 +288,20 @@ def continuous_cmd(
 
 @bias_app.command("plot")
 def plot_cmd(
-    out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="Folder for the PNG files (created)."),
-    group_sizes: list[str] = typer.Option(["2,4,8,16,32"], "--group-size", "-G", help="Group sizes G, e.g. 2,8."),
-    sigma: float = typer.Option(0.1, "--sigma", help="σ of the continuous-reward figure (update if range > σ)."),
-    concentration: float = typer.Option(
-        4.0, "--concentration", help="α + β of the Beta rewards in the continuous-reward figure."
-    ),
-    points: int = typer.Option(25, "--points", help="Mean rewards evaluated in the continuous figure (≥ 2)."),
-    as_json: bool = JsonFlag,
+    out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Folder for the PNG files (created).")] = Path("."),
+    group_sizes: Annotated[list[str], typer.Option("--group-size", "-G", help="Group sizes G, e.g. 2,8.")] = [
+        "2,4,8,16,32"
+    ],
+    sigma: Annotated[
+        float, typer.Option("--sigma", help="σ of the continuous-reward figure (update if range > σ).")
+    ] = 0.1,
+    concentration: Annotated[
+        float, typer.Option("--concentration", help="α + β of the Beta rewards in the continuous-reward figure.")
+    ] = 4.0,
+    points: Annotated[
+        int, typer.Option("--points", help="Mean rewards evaluated in the continuous figure (≥ 2).")
+    ] = 25,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Write bias_binary.png (|bias| vs p per G, Figure 2) and bias_continuous.png (Beta rewards, Figure 5)."""
     from hadw.theory import plots  # matplotlib only when plotting

@@ -53,7 +53,7 @@ def train(
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
     if result.final_eval and "all" in result.final_eval:
-        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['avg@k']:.3f})")
+        typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['greedy']:.3f})")
     else:
         typer.echo(f"done: {result.run_dir} (no evaluation prompts: data.eval_size=0 or too few rows)")
 
@@ -104,7 +104,7 @@ def sft(
         seed=seed,
     )
     try:
-        result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e))
+        result = sft_warm_start(net, tokenizer, cfg, log=lambda e: typer.echo(e), progress=None)
     except DatasetError as err:
         typer.secho(f"data error: {err}", fg="red", err=True)
         raise typer.Exit(2) from None

@@ -31,11 +31,15 @@ class TinyModelConfig:
     """Shape of the offline tiny model built when `model.path` is empty (CPU experiments, the demo)."""
 
     arch: str = "qwen2"  # qwen2 | llama: the two architectures most RLVR work starts from
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
+    hidden_size: int = 128  # model width
+    num_layers: int = 4  # decoder layers
+    num_heads: int = 4  # attention heads (query)
     num_kv_heads: int = 2  # grouped-query attention, as in Qwen2/Llama-3
-    intermediate_size: int = 384
+    intermediate_size: int = 384  # MLP width
+    # SFT warm start of the freshly built tiny model on the training task until this greedy accuracy
+    # (0 = none): a random model never earns a reward, so every group would be degenerate (no gradient).
+    warm_start_accuracy: float = 0.25
+    warm_start_max_steps: int = 1500  # SFT steps at most (batches of 64 problems)
 
 
 @dataclass
@@ -75,7 +79,7 @@ class DataConfig:
     levels: list[int] | None = None  # built-in tasks: the levels to train on (None = all)
     layout: str = "auto"  # file sources: a known layout (see hadw.data.LAYOUTS) when `fields` is unset
     fields: FieldsConfig = field(default_factory=FieldsConfig)  # your field names (overrides `layout`)
-    # Where benchmark files live; empty = $HADW_SHARED_DATA, the repository's ../shared/data, then
+    # Where benchmark files live; empty = $HADW_SHARED_DATA, then
     # ~/.cache/hadw/data (never the current directory).
     data_dir: str = ""
     template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
@@ -113,7 +117,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
-    max_new_tokens: int = 16  # paper: 4096 on real models; tiny tasks need a handful
+    max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
 
 
@@ -123,20 +127,20 @@ class AlgorithmConfig:
     advantage: str = "grpo"  # estimator name (see hadw.core.ADVANTAGE_ESTIMATORS)
     std: str = "population"  # population (paper Fig. 1b) | sample (TRL / verl default)
     policy_loss: str | None = None  # token_clip | sequence_clip
-    clip_low: float | None = None
-    clip_high: float | None = None
+    clip_low: float | None = None  # ε_low of the clipped ratio (None = the preset's; TRL `epsilon`)
+    clip_high: float | None = None  # ε_high (None = the preset's; DAPO's clip-higher; TRL `epsilon_high`)
     aggregation: str | None = None  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     kl_coef: float = 0.0  # β of the KL to the reference model; the paper trains without KL
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators; k3 = verl's low_var_kl, TRL's)
+    entropy_coef: float = 0.0  # weight of an entropy bonus (0 = none, as in the paper)
     # DAPO extras. Dynamic sampling refills the batch with non-degenerate groups; the paper ran DAPO
     # with it off. Overlong: "mask" drops truncated responses from the loss, "penalty" is DAPO's soft
     # length penalty over the last `overlong_buffer` tokens.
     dynamic_sampling: bool = False
-    max_refill_rounds: int = 3
+    max_refill_rounds: int = 3  # dynamic sampling: extra rollout rounds at most per step
     overlong: str = "none"  # none | mask | penalty
-    overlong_buffer: int = 4
-    overlong_penalty: float = 1.0
+    overlong_buffer: int = 4  # "penalty": the last N tokens before max_new_tokens where the penalty ramps up
+    overlong_penalty: float = 1.0  # "penalty": the penalty at the length limit
 
     def loss_spec(self) -> LossSpec:
         base = LOSS_PRESETS[self.preset]
@@ -175,10 +179,10 @@ class HADWConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6  # the paper's; tiny models need ~1e-4
-    weight_decay: float = 0.1  # AdamW's decoupled weight decay (paper: 0.1)
+    lr: float = 1e-4  # the tiny CPU setting; the paper (examples/math_grpo_hadw.yaml) uses 1e-6
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (the paper: 0.1)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
-    warmup_steps: int = 10  # optimiser steps of linear warm-up
+    warmup_steps: int = 5  # optimiser steps of linear warm-up (the paper: 10)
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
 
@@ -186,7 +190,7 @@ class OptimConfig:
 class TrainConfig:
     steps: int = 100  # rollout batches (training steps)
     prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256)
-    mini_batch_prompts: int = 8  # prompts per optimiser step (paper: 16 -> 16 updates per batch)
+    mini_batch_prompts: int = 4  # prompts per optimiser step (paper: 16 of 256 -> 16 updates per batch)
     ppo_epochs: int = 1  # passes over each rollout batch
     # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
     # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.

@@ -1,7 +1,7 @@
 """A step's rollout (batch + rewards + group ids), DAPO's dynamic sampling, and joining refill rounds.
 
 DAPO refills the batch with groups whose rewards differ (degenerate groups give no gradient); the
-anchor still sees every response of every round, before the filter (method.md §3.1).
+anchor still sees every response of every round, before the filter (docs/method.md §3.1).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from hadw import metrics as M
 from hadw.core import GroupIndex
 from hadw.data import Problem
 from hadw.rewards import RewardResult
@@ -47,19 +48,19 @@ class Rollout:
     def metrics(self) -> dict[str, float]:
         r, b = self.rewards, self.batch
         out = {
-            "reward/mean": float(r.total.mean()),
-            "reward/accuracy": float(r.correctness.mean()),
-            "reward/timeouts": float(r.num_timeouts),
-            "reward/errors": float(r.num_errors),
-            "response/length_mean": float(b.response_lengths.float().mean()),
-            "response/truncated_frac": sum(f == "length" for f in b.finish_reasons) / max(len(b), 1),
-            "time/generate": self.generate_s,
-            "time/reward": self.reward_s,
+            M.REWARDS_MEAN: float(r.total.mean()),
+            M.SCORE_MEAN: float(r.correctness.mean()),
+            M.REWARD_TIMEOUTS: float(r.num_timeouts),
+            M.REWARD_ERRORS: float(r.num_errors),
+            M.RESPONSE_LENGTH_MEAN: float(b.response_lengths.float().mean()),
+            M.RESPONSE_CLIP_RATIO: sum(f == "length" for f in b.finish_reasons) / max(len(b), 1),
+            M.TIME_GEN: self.generate_s,
+            M.TIME_REWARD: self.reward_s,
         }
         levels = [p.level for p in self.problems]
         for level in sorted({lv for lv in levels if lv is not None}, key=str):
             rows = torch.tensor([lv == level for lv in levels])
-            out[f"reward/accuracy_L{level}"] = float(r.correctness[rows].mean())
+            out[M.score_level(level)] = float(r.correctness[rows].mean())
         return out
 
 

@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
-from hadw.errors import UserError
+from hadw.metrics import FINAL_EVAL_FILE, METRICS_FILE, SAMPLES_FILE, MetricsFileError, dumps, read_jsonl
 
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.jsonl"
-
-
-class MetricsFileError(UserError, ValueError):
-    """A metrics / samples log with a corrupt line that is not the last one."""
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/inf; keep them visible as strings
-    return value
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSONL log. A last line cut short (full disk, kill -9 mid-write) is dropped with a
-    warning; a bad line elsewhere raises ValueError naming the file and line."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if any(rest.strip() for rest in lines[number:]):
-                raise MetricsFileError(f"{path}:{number}: not a JSON record ({err.msg})") from None
-            warnings.warn(f"{path}:{number}: dropped an unfinished last line (the run was cut off)", stacklevel=2)
-    return records
+__all__ = ["METRICS_FILE", "SAMPLES_FILE", "MetricsFileError", "MetricsLogger", "read_jsonl"]
+WANDB_ID_FILE = "wandb_id"  # the W&B run id, so that --resume continues the same W&B run
 
 
 class MetricsLogger:
@@ -58,13 +26,14 @@ class MetricsLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:  # drop what the interrupted run logged after its checkpoint
             for name in (METRICS_FILE, SAMPLES_FILE):
-                kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step and not r.get("final")]
+                kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step]
                 tmp = run_dir / f".{name}.tmp"
                 with tmp.open("w", encoding="utf-8") as f:
-                    f.write("".join(json.dumps(r) + "\n" for r in kept))
+                    f.write("".join(dumps(r) + "\n" for r in kept))
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, run_dir / name)
+            (run_dir / FINAL_EVAL_FILE).unlink(missing_ok=True)  # written again when the run finishes
         self._metrics = (run_dir / METRICS_FILE).open("a", encoding="utf-8")
         self._samples = (run_dir / SAMPLES_FILE).open("a", encoding="utf-8")
         self._tb = self._wandb = None
@@ -75,11 +44,15 @@ class MetricsLogger:
         if wandb:
             import wandb as wandb_module
 
-            self._wandb = wandb_module.init(project=wandb_project, dir=str(run_dir), config=config or {})
+            id_file = run_dir / WANDB_ID_FILE
+            run_id = id_file.read_text().strip() if id_file.is_file() else wandb_module.util.generate_id()
+            id_file.write_text(run_id + "\n")
+            self._wandb = wandb_module.init(
+                project=wandb_project, dir=str(run_dir), config=config or {}, id=run_id, resume="allow"
+            )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.write(dumps({"step": step, **metrics}) + "\n")
         self._metrics.flush()
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         if self._tb is not None:
@@ -90,8 +63,20 @@ class MetricsLogger:
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         for sample in samples:
-            self._samples.write(json.dumps({"step": step, **sample}) + "\n")
+            self._samples.write(dumps({"step": step, **sample}) + "\n")
         self._samples.flush()
+
+    def log_final_eval(self, summary: dict[str, dict[str, float]]) -> None:
+        """The final evaluation, {bucket: {metric: value}}, to final_eval.json (atomically) and the trackers."""
+        path, tmp = self.run_dir / FINAL_EVAL_FILE, self.run_dir / f".{FINAL_EVAL_FILE}.tmp"
+        tmp.write_text(dumps(summary, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        flat = {f"final/{bucket}/{name}": v for bucket, row in summary.items() for name, v in row.items()}
+        if self._tb is not None:
+            for key, value in flat.items():
+                self._tb.add_scalar(key, value)
+        if self._wandb is not None:
+            self._wandb.summary.update(flat)
 
     def close(self) -> None:
         self._metrics.close()

@@ -16,6 +16,7 @@ import torch
 
 from hadw.data import FieldMap, Problem, load_problems, render_prompt, split_held_out
 from hadw.eval.evaluate import evaluate
+from hadw.progress import Bar
 
 
 @dataclass
@@ -64,9 +65,14 @@ def _encode(tokenizer, problems: list[Problem], template: str) -> tuple[torch.Te
 
 
 def sft_warm_start(
-    model, tokenizer, cfg: SFTConfig, log: Callable[[dict[str, float]], None] | None = None
+    model,
+    tokenizer,
+    cfg: SFTConfig,
+    log: Callable[[dict[str, float]], None] | None = None,
+    progress: bool | None = False,
 ) -> SFTResult:
-    """Train `model` in place until greedy accuracy ≥ cfg.target_accuracy (or a step/time budget)."""
+    """Train `model` in place until greedy accuracy ≥ cfg.target_accuracy (or a step/time budget).
+    progress: a rich progress bar over the step budget (None: when stderr is a terminal)."""
     # The held-out rule of hadw.data.sources: a task's evaluation stream, or a file's first rows.
     spec = cfg.source or f"task:{cfg.task}"
     if spec.startswith("task:"):
@@ -81,6 +87,7 @@ def sft_warm_start(
     rng = random.Random(cfg.seed)
     start, history, accuracy, step = time.perf_counter(), [], 0.0, 0
     model.train()
+    bar = Bar(cfg.max_steps, "sft", enabled=progress)
     for step in range(1, cfg.max_steps + 1):
         batch = [train_stream[rng.randrange(draw)] for _ in range(cfg.batch_size)]
         ids, mask, labels = _encode(tokenizer, batch, cfg.template)
@@ -89,6 +96,7 @@ def sft_warm_start(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        bar.update(1, loss=f"{float(loss.detach()):.3f}", acc=f"{accuracy:.3f}")
         out_of_time = cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds
         if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
             model.eval()
@@ -102,5 +110,6 @@ def sft_warm_start(
                 log(entry)
             if accuracy >= cfg.target_accuracy or out_of_time:
                 break
+    bar.close()
     model.eval()
     return SFTResult(step, accuracy, time.perf_counter() - start, history)

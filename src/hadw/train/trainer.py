@@ -1,6 +1,6 @@
 """The RLVR training loop: GRPO, GSPO or DAPO, with or without HA-DW.
 
-One step, top to bottom (method.md, "the product in one picture"):
+One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
     mini-batches with AdamW → metrics, samples, checkpoint.
@@ -25,14 +25,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from hadw import metrics as M
 from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
+from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.models import is_hub_id
 from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
@@ -285,14 +288,39 @@ class Trainer:
         np.random.seed(seed % (1 << 32))
         torch.manual_seed(seed)
 
+    def _warm_start(self, init_dir: Path) -> Path:
+        """SFT the freshly built tiny model on the training task until model.tiny.warm_start_accuracy: a random
+        model never earns a reward, so every GRPO group would be degenerate (no gradient)."""
+        from hadw.train.sft import SFTConfig, sft_warm_start
+
+        cfg, t = self.cfg, self.cfg.model.tiny
+        if not cfg.data.source.startswith("task:"):
+            warnings.warn("model.tiny.warm_start_accuracy applies to task: sources only; skipped", stacklevel=2)
+            return init_dir
+        model, tokenizer = load_model(init_dir)
+        sft = SFTConfig(
+            task=cfg.data.source.split(":", 1)[1],
+            levels=cfg.data.levels,
+            target_accuracy=t.warm_start_accuracy,
+            max_steps=t.warm_start_max_steps,
+            eval_every=50,
+            seed=cfg.train.seed,
+        )
+        result = sft_warm_start(model, tokenizer, sft, progress=cfg.logging.progress)
+        print(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}", file=sys.stderr)
+        out = self.run_dir / "warm_start_model"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+
     def _load_model(self):
         m = self.cfg.model
         path = m.path
         if path:
             model_dir = Path(path)
-            if not model_dir.exists():
+            if not model_dir.exists() and not is_hub_id(path):  # else load_model tries it as a Hub id
                 raise ConfigError(f"model.path={path}: no such folder")
-            if not model_dir.is_dir() or not (model_dir / "config.json").is_file():
+            if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
                 raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
         else:
             t = m.tiny
@@ -306,6 +334,8 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
+            if t.warm_start_accuracy > 0:
+                path = self._warm_start(path)
         try:
             model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
         except (OSError, ValueError) as err:
@@ -394,8 +424,9 @@ class Trainer:
             enabled=self.cfg.hadw.enabled,
         )
         metrics = dict(hadw.metrics)
-        metrics["batch/degenerate_frac"] = float(adv.degenerate.float().mean())
-        metrics["batch/adv_abs_mean"] = float(hadw.advantages.abs().mean())
+        metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
+        final = hadw.advantages
+        metrics |= {M.ADV_MEAN: float(final.mean()), M.ADV_MAX: float(final.max()), M.ADV_MIN: float(final.min())}
         return hadw.advantages, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
@@ -485,7 +516,7 @@ class Trainer:
             metrics["_loss"] = metrics.get("_loss", 0.0) + weight * loss.detach()  # non-finite if any part is
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
-        metrics["actor/grad_norm"] = torch.nn.utils.clip_grad_norm_(
+        metrics[M.GRAD_NORM] = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.cfg.optim.grad_clip or math.inf
         )
         values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
@@ -496,12 +527,12 @@ class Trainer:
                 f"good checkpoint ({latest_checkpoint(self.run_dir) or 'none written yet'}) is intact; lower "
                 "optim.lr or check the rewards."
             )
-        grad_norm = values["actor/grad_norm"]
+        grad_norm = values[M.GRAD_NORM]
         if not math.isfinite(grad_norm):
             raise NonFiniteLossError(f"step {step}: gradient norm is {grad_norm}; stopping before the update")
         self.optimizer.step()
         self.scheduler.step()
-        values["actor/lr"] = self.scheduler.get_last_lr()[0]
+        values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -514,18 +545,18 @@ class Trainer:
         if self.cfg.algorithm.dynamic_sampling:
             keep = select_groups(rollout, self.cfg.train.prompts_per_step, self.cfg.rollout.group_size)
             batch, advantages = select_rows(batch, keep), advantages[keep]
-            metrics["batch/kept_groups"] = len(keep) // self.cfg.rollout.group_size
-            metrics["batch/refill_rounds"] = refills
+            metrics[M.KEPT_GROUPS] = len(keep) // self.cfg.rollout.group_size
+            metrics[M.REFILL_ROUNDS] = refills
         t0 = time.perf_counter()
         if len(batch) > 0:
             metrics |= self.update(batch, advantages, step)
         t_update = time.perf_counter() - t0
         metrics |= rollout.metrics()
-        metrics["time/update"] = t_update
-        metrics["time/step"] = rollout.generate_s + rollout.reward_s + t_update
-        metrics["perf/tokens_per_s"] = float(rollout.batch.response_mask.sum()) / max(metrics["time/step"], 1e-9)
+        metrics[M.TIME_UPDATE] = t_update
+        metrics[M.TIME_STEP] = rollout.generate_s + rollout.reward_s + t_update
+        metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
-        self._warn_if_no_signal(step, metrics["batch/degenerate_frac"])
+        self._warn_if_no_signal(step, metrics[M.DEGENERATE_FRAC])
         return metrics
 
     NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
@@ -592,35 +623,24 @@ class Trainer:
     def train(self, progress: bool | None = None) -> TrainResult:
         cfg = self.cfg
         show = cfg.logging.progress if progress is None else progress
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            range(self.start_step, cfg.train.steps),
-            initial=self.start_step,
-            total=cfg.train.steps,
-            desc=f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}",
-            disable=not show,
-            dynamic_ncols=True,
-        )
+        desc = f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}"
+        bar = Bar(cfg.train.steps, desc, initial=self.start_step, enabled=show)
         previous = self._install_signal_handlers()
         try:
-            for step in bar:
+            for step in range(self.start_step, cfg.train.steps):
                 metrics = self.train_step(step)
                 done = step + 1
                 if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done < cfg.train.steps:
-                    metrics |= _flatten_eval(self.evaluate())
+                    metrics |= M.flatten_eval(self.evaluate())
                 self.logger.log(done, metrics)
-                bar.set_postfix(
-                    reward=f"{metrics['reward/mean']:.3f}",
-                    acc=f"{metrics['reward/accuracy']:.3f}",
-                    C=f"{metrics['hadw/anchor']:.2f}",
-                )
+                info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
+                bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate()
-            self.logger.log(cfg.train.steps, {"final": 1.0, **_flatten_eval(final_eval)})
+            self.logger.log_final_eval(final_eval)
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
             self._save_final_model()
@@ -680,6 +700,3 @@ class Trainer:
         replace_dir(tmp, final)
         fsync_path(self.run_dir)
 
-
-def _flatten_eval(summary: dict[str, dict[str, float]]) -> dict[str, float]:
-    return {f"eval/{key}/{name}": value for key, row in summary.items() for name, value in row.items()}

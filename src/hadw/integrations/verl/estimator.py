@@ -1,4 +1,4 @@
-"""`grpo_hadw`: verl's own GRPO advantage, rescaled by Φ from `hadw.core` (method.md §3).
+"""`grpo_hadw`: verl's own GRPO advantage, rescaled by Φ from `hadw.core` (docs/method.md §3).
 
 verl computes advantages in its driver process, once per training step, by calling a registered
 estimator with the whole rollout batch:

@@ -1,0 +1,94 @@
+"""The metric contract (hadw.metrics): every key a run writes is declared there, final_eval.json replaces the old
+sentinel row, JSON is strict (NaN -> null), and W&B continues the same run on --resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import types
+import typing
+
+import pytest
+
+from hadw import metrics as M
+from hadw.rollout import build_tiny_model
+from hadw.train.config import load_config
+from hadw.train.metrics_log import MetricsLogger
+from hadw.train.trainer import Trainer
+
+DECLARED = {v for k, v in vars(M).items() if k.isupper() and isinstance(v, str) and "/" in v}
+PATTERNS = [re.compile(r"critic/score/L\w+"), re.compile(r"val/.+/(greedy|count|avg@\d+|pass@\d+)")]
+
+
+def _declared(key: str) -> bool:
+    return key == "step" or key in DECLARED or any(p.fullmatch(key) for p in PATTERNS)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("contract")
+    model = build_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, seed=0)  # fmt: skip
+    cfg = load_config(None, [
+        f"model.path={model}", "data.source=task:addition", "data.template=plain", "data.chat_template=never",
+        "data.eval_size=8", "rollout.group_size=4", "rollout.max_new_tokens=4", "train.prompts_per_step=4",
+        "train.mini_batch_prompts=2", "train.steps=2", "train.eval_every=1", f"train.output_dir={root / 'run'}",
+        "hadw.enabled=true", "logging.progress=false", "train.num_threads=1", "algorithm.kl_coef=0.01",
+    ])  # fmt: skip
+    Trainer(cfg).train()
+    return root / "run"
+
+
+def test_every_metric_a_run_writes_is_declared(finished_run):
+    records = M.read_run(finished_run)
+    keys = {k for r in records.steps for k in r}
+    assert {M.PG_LOSS, M.SCORE_MEAN, M.ANCHOR, M.KL_LOSS, M.ADV_MEAN, M.THROUGHPUT} <= keys
+    assert sorted(k for k in keys if not _declared(k)) == []
+
+
+def test_final_evaluation_is_its_own_file_with_greedy_accuracy(finished_run):
+    records = M.read_run(finished_run)
+    assert records.finished and [r["step"] for r in records.steps] == [1, 2]  # no sentinel row
+    assert set(records.final_eval["all"]) == {M.COUNT, M.GREEDY} and records.final_eval["all"][M.COUNT] == 8
+    assert 0.0 <= records.final_eval["all"][M.GREEDY] <= 1.0
+    # train.eval_every=1: the step-1 evaluation is in metrics.jsonl under val/ keys, same metric name
+    assert M.val_key("all", M.GREEDY) in records.steps[0]
+
+
+def test_val_keys_round_trip():
+    flat = M.flatten_eval({"all": {"greedy": 0.5}, "addition/L3": {"pass@4": 0.75}})
+    assert flat == {"val/all/greedy": 0.5, "val/addition/L3/pass@4": 0.75}
+    assert [M.split_val_key(k) for k in flat] == [("all", "greedy"), ("addition/L3", "pass@4")]
+
+
+def test_nan_is_written_as_null(tmp_path):
+    logger = MetricsLogger(tmp_path)
+    logger.log(1, {"a": float("nan"), "b": float("inf"), "c": 1.5})
+    logger.log_final_eval({"all": {"greedy": float("nan"), "count": 3.0}})
+    logger.close()
+    line = (tmp_path / M.METRICS_FILE).read_text().strip()
+    assert json.loads(line) == {"step": 1, "a": None, "b": None, "c": 1.5} and "NaN" not in line
+    assert json.loads((tmp_path / M.FINAL_EVAL_FILE).read_text()) == {"all": {"greedy": None, "count": 3.0}}
+    assert math.isnan(float("nan"))  # (the writer, not the reader, maps NaN to null)
+
+
+def test_wandb_resumes_the_same_run(tmp_path, monkeypatch):
+    calls = []
+
+    class FakeRun:
+        summary: typing.ClassVar[dict] = {}
+
+        def log(self, *a, **k): ...
+
+        def finish(self): ...
+
+    fake = types.SimpleNamespace(
+        init=lambda **kw: calls.append(kw) or FakeRun(),
+        util=types.SimpleNamespace(generate_id=lambda: f"id{len(calls)}"),
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    MetricsLogger(tmp_path, wandb=True).close()
+    MetricsLogger(tmp_path, wandb=True, resume_step=0).close()
+    assert calls[0]["id"] == calls[1]["id"] == "id0" and calls[1]["resume"] == "allow"
