@@ -233,9 +233,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
         try:
-            sources.append(OmegaConf.from_dotlist([item]))
+            OmegaConf.from_dotlist([item])
         except Exception as err:
             raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
+    if overrides:  # one merge for all overrides (later ones win, as on the command line)
+        sources.append(OmegaConf.from_dotlist(list(overrides)))
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
