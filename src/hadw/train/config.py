@@ -287,18 +287,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     sources = []
     if path:
         sources.append(_load_yaml(Path(path)))
+    batch: list[str] = []  # consecutive overrides merged in one step (later ones win, as on the command line)
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
         try:
-            sources.append(OmegaConf.from_dotlist([item]))
+            OmegaConf.from_dotlist([item])
+            batch.append(item)
         except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
             key, value = item.split("=", 1)
             source = OmegaConf.create()
             OmegaConf.update(source, key, value, force_add=True)
-            sources.append(source)
+            sources += [OmegaConf.from_dotlist(batch), source] if batch else [source]
+            batch = []
         except Exception as err:
             raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
+    if batch:
+        sources.append(OmegaConf.from_dotlist(batch))
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
