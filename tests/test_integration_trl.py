@@ -238,7 +238,7 @@ def test_config_validation_and_reward_resolution(tmp_path):
     with pytest.raises(ValueError, match="kalman anchor needs"):
         HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_m=1)
     kalman = HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_eta=0.5, hadw_anchor_m=4)
-    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.0}
+    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.2}
     assert HADWGRPOConfig(**common, hadw_anchor="fixed", hadw_anchor_value=0.4).hadw_anchor_options() == {
         "value": 0.4
     }

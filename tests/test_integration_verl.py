@@ -39,10 +39,19 @@ REGISTERED_BY_VERL_ITSELF = "grpo_hadw" in core_algos.ADV_ESTIMATOR_REGISTRY
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from hadw.core import apply_hadw, compute_advantages, make_anchor  # noqa: E402
+from hadw.core import (  # noqa: E402
+    HADWOptions,
+    apply_hadw,
+    compute_advantages,
+    make_anchor,
+)
 from hadw.integrations.verl import check_registered  # noqa: E402
 from hadw.integrations.verl.checkpoint import ANCHOR_STATE_NAME, HADWCheckpointCallback  # noqa: E402
-from hadw.integrations.verl.estimator import STORE, HADWOptions, compute_grpo_hadw_outcome_advantage  # noqa: E402
+from hadw.integrations.verl.estimator import (  # noqa: E402
+    STORE,
+    VerlHADWConfig,
+    compute_grpo_hadw_outcome_advantage,
+)
 
 G = 8
 VERL_EPS = 1e-6  # verl's GRPO default epsilon
@@ -160,10 +169,12 @@ def test_enabled_equals_hadw_core(anchor, options, tmp_path):
 
 def test_options_are_validated():
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['lambda'\]"):
-        HADWOptions.from_config(algorithm(**{"lambda": 1.3}))
-    with pytest.raises(ValueError, match="anchor='mean'"):
-        HADWOptions.from_config(algorithm(anchor="mean"))
-    assert HADWOptions.from_config(OmegaConf.create({})) == HADWOptions()  # no algorithm.hadw: defaults
+        VerlHADWConfig.from_config(algorithm(**{"lambda": 1.3}))
+    with pytest.raises(ValueError, match="algorithm.hadw: HA-DW anchor 'mean' is not allowed"):
+        VerlHADWConfig.from_config(algorithm(anchor="mean"))
+    with pytest.raises(ValueError, match=r"window anchor: unknown option\(s\) \['kk'\]"):
+        VerlHADWConfig.from_config(algorithm(anchor_options={"kk": 3}))
+    assert VerlHADWConfig.from_config(OmegaConf.create({})) == VerlHADWConfig()  # no algorithm.hadw: defaults
 
 
 def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):
@@ -228,7 +239,7 @@ def test_example_launch_scripts_use_keys_verl_knows(algo):
             node = OmegaConf.select(schema, parent, default=None) if parent else schema
             assert node is not None and leaf in list(node.keys()), f"{script.name}: verl has no key {key}"
     config = OmegaConf.from_dotlist([f"{k}={v}" for k, v in added.items()])
-    options = HADWOptions.from_config(config.algorithm)
+    options = VerlHADWConfig.from_config(config.algorithm).options()
     assert (options.lam, options.anchor, options.anchor_options) == (1.3, "window", {"k": 10})
     assert dict(line.split("=", 1) for line in overrides)["algorithm.adv_estimator"] == "grpo_hadw"
 

@@ -139,13 +139,15 @@ class KalmanAnchor(Anchor):
     - initialisation: the first observation sets the belief (C_1 = y_1);
     - warm-up: while fewer than `m` beliefs exist, η_t = 1/t (the running mean of the observations, the
       best estimate of a constant accuracy), which also seeds the belief history with real spread;
-    - `eta_min` (default 0, the paper's rule) can floor the gain so the anchor never freezes.
+    - `eta_min` floors the gain so the anchor never freezes. Its default, 0.2, makes the anchor track an
+      accuracy rising 0.30 → 0.86 over 90 batches within 0.03 on average (with 0, the paper's rule, the
+      anchor stays at 0.33; tests/test_core_anchors.py); set 0 for the paper's rule as printed.
     Weights use the prior C_t⁻ (the belief before this batch's y_t is absorbed).
     """
 
     kind = "kalman"
 
-    def __init__(self, eta: float = 1.0, m: int = 10, eta_min: float = 0.0):
+    def __init__(self, eta: float = 1.0, m: int = 10, eta_min: float = 0.2):
         if eta < 0 or m < 2 or not 0.0 <= eta_min <= 1.0:
             raise ValueError(f"kalman anchor needs eta >= 0, m >= 2, eta_min in [0, 1]; got {eta}, {m}, {eta_min}")
         self.eta, self.m, self.eta_min = float(eta), int(m), float(eta_min)

@@ -18,7 +18,6 @@ controller state.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, HADWOptions, anchor_parameters, apply_hadw
 from hadw.core.anchors import anchor_setting_changes
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_anchor_k: int = field(default=10, metadata={"help": "window: number of batch accuracies averaged."})
     hadw_anchor_eta: float = field(default=1.0, metadata={"help": "kalman: base gain η."})
     hadw_anchor_m: int = field(default=10, metadata={"help": "kalman: beliefs in the σ_t window."})
-    hadw_anchor_eta_min: float = field(default=0.0, metadata={"help": "kalman: floor of the gain η_t."})
+    hadw_anchor_eta_min: float = field(default=0.2, metadata={"help": "kalman: floor of the gain η_t."})
     hadw_anchor_alpha: float = field(default=0.2, metadata={"help": "ema: rate α."})
     hadw_anchor_value: float = field(default=0.5, metadata={"help": "fixed: the constant anchor C."})
     hadw_correctness_reward: str | None = field(
@@ -68,14 +67,24 @@ class HADWGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.hadw_anchor not in ANCHORS:
             raise ValueError(f"HADWGRPOConfig.hadw_anchor={self.hadw_anchor!r}; allowed: {', '.join(ANCHORS)}")
-        if not self.hadw_lambda > 0:
-            raise ValueError(f"HADWGRPOConfig.hadw_lambda must be > 0, got {self.hadw_lambda}")
-        make_anchor(self.hadw_anchor, **self.hadw_anchor_options())  # fail now on bad anchor parameters
+        try:
+            self.hadw_options()  # the one schema's checks (hadw.core.HADWOptions)
+        except ValueError as err:
+            raise ValueError(f"HADWGRPOConfig: {err}") from None
 
     def hadw_anchor_options(self) -> dict[str, Any]:
         """Keyword arguments of the chosen anchor kind, read from the `hadw_anchor_<name>` fields."""
-        names = [p for p in inspect.signature(ANCHORS[self.hadw_anchor].__init__).parameters if p != "self"]
-        return {name: getattr(self, f"hadw_anchor_{name}") for name in names}
+        return {name: getattr(self, f"hadw_anchor_{name}") for name in anchor_parameters(self.hadw_anchor)}
+
+    def hadw_options(self) -> HADWOptions:
+        """These `hadw_*` fields as the one HA-DW schema of hadw.core."""
+        return HADWOptions(
+            self.hadw_enabled,
+            self.hadw_lambda,
+            self.hadw_anchor,
+            self.hadw_anchor_options(),
+            self.hadw_correctness_threshold,
+        )
 
 
 def resolve_reward_index(which: int | str | None, reward_func_names: list[str]) -> int:
@@ -102,7 +111,8 @@ class HADWGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, HADWGRPOConfig):
             raise TypeError(f"HADWGRPOTrainer needs args=HADWGRPOConfig(...), got {type(self.args).__name__}")
-        self.hadw_anchor: Anchor = make_anchor(self.args.hadw_anchor, **self.args.hadw_anchor_options())
+        self.hadw_options = self.args.hadw_options()
+        self.hadw_anchor: Anchor = self.hadw_options.make_anchor()
         self.hadw_correctness_index = resolve_reward_index(self.args.hadw_correctness_reward, self.reward_func_names)
         self._hadw_rewards_per_func: torch.Tensor | None = None
 
@@ -121,14 +131,14 @@ class HADWGRPOTrainer(GRPOTrainer):
 
     def _hadw_rescale(self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]. Returns [n] Â·Φ."""
-        args = self.args
         # An unscored (NaN) correctness reward counts as wrong: NaN > threshold is False.
-        correct = (rewards_per_func[:, self.hadw_correctness_index] > args.hadw_correctness_threshold).float()
+        correct = (rewards_per_func[:, self.hadw_correctness_index] > self.hadw_options.correct_threshold).float()
         # TRL lays the gathered batch out as consecutive groups of num_generations (rewards.view(-1, G)),
         # and every rank holds an equal, contiguous slice of it.
         group_ids = torch.arange(correct.numel(), device=correct.device) // self.num_generations
         advantages = self.accelerator.gather(local_advantages)
-        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, args.hadw_lambda, args.hadw_enabled)
+        opts = self.hadw_options
+        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled)
 
         for name, value in result.metrics.items():
             self._metrics["train"][name].append(value)

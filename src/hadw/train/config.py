@@ -17,7 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
+from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, LossSpec
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.errors import UserError
 
@@ -158,23 +158,32 @@ class AlgorithmConfig:
 
 @dataclass
 class HADWConfig:
-    enabled: bool = False
+    """HA-DW (docs/method.md §3); the same options as TRL's `hadw_*` and verl's `algorithm.hadw.*` (docs/train.md)."""
+
+    enabled: bool = False  # rescale each response's advantage by Φ; false = the base algorithm alone
     lam: float = 1.3  # λ_scale: paper Table 7's best (the authors' code uses 1.5)
-    anchor: str = "window"  # window | kalman | ema | fixed
-    window_k: int = 10  # the authors' released code
-    kalman_eta: float = 1.0
-    kalman_m: int = 10
-    kalman_eta_min: float = 0.0
-    ema_alpha: float = 0.2
-    fixed_value: float = 0.5
+    # window (the authors' code: mean of the last k batch accuracies, the current one included) | kalman
+    # (the paper's eqs. 8-12; weights use the prior belief) | ema (weights use the prior) | fixed
+    anchor: str = "window"
+    window_k: int = 10  # window: batch accuracies averaged (the authors' released code)
+    kalman_eta: float = 1.0  # kalman: base gain η (η_t = η·σ_t, σ_t the std of the last m beliefs)
+    kalman_m: int = 10  # kalman: beliefs in σ_t's window, and batches of running-mean warm-up
+    kalman_eta_min: float = 0.2  # kalman: floor of the gain η_t, so the anchor tracks (0 = the paper as printed)
+    ema_alpha: float = 0.2  # ema: weight of the newest batch accuracy
+    fixed_value: float = 0.5  # fixed: the constant anchor (0.5 = the theory's pivot, where the bias changes sign)
 
     def anchor_options(self) -> dict[str, Any]:
+        """The chosen anchor kind's options, from the fields above."""
         return {
             "window": {"k": self.window_k},
             "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
             "ema": {"alpha": self.ema_alpha},
             "fixed": {"value": self.fixed_value},
         }[self.anchor]
+
+    def options(self) -> HADWOptions:
+        """The one HA-DW schema of hadw.core (validated)."""
+        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options())
 
 
 @dataclass
@@ -434,7 +443,11 @@ def validate(cfg: Config) -> None:
     _range("rollout.top_k", r.top_k, 0, 1 << 30)
     _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
     _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
-    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1e9)
+    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1.0)
+    try:
+        cfg.hadw.options()  # the anchor's own checks (hadw.core.HADWOptions)
+    except ValueError as err:
+        raise ConfigError(f"hadw.*: {err}") from None
     _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
     _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
     _range("train.eval_every", t.eval_every, 0, 1 << 30)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
@@ -168,7 +168,8 @@ class Trainer:
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
-        self.anchor: Anchor = make_anchor(cfg.hadw.anchor, **cfg.hadw.anchor_options())
+        self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
+        self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = torch.optim.AdamW(
             model.parameters(),
             lr=cfg.optim.lr,
@@ -420,8 +421,8 @@ class Trainer:
             rollout.rewards.correctness,
             adv.groups,
             self.anchor,
-            self.cfg.hadw.lam,
-            enabled=self.cfg.hadw.enabled,
+            self.hadw.lam,
+            enabled=self.hadw.enabled,
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
-from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
+from hadw.core import DEFAULT_LAMBDA, Anchor, HADWOptions, apply_hadw, make_anchor
 from hadw.core.anchors import anchor_setting_changes
 from hadw.integrations.verl import ESTIMATOR_NAME
 
@@ -37,9 +37,10 @@ logger.setLevel(os.environ.get("HADW_LOG_LEVEL", "INFO"))
 
 
 @dataclass(frozen=True)
-class HADWOptions:
-    """`algorithm.hadw.*` (all optional). anchor_options go to `make_anchor` (window: k; kalman: eta, m,
-    eta_min; ema: alpha; fixed: value)."""
+class VerlHADWConfig:
+    """`algorithm.hadw.*` (all optional), verl's spelling of hadw.core.HADWOptions (docs/train.md has the
+    table): `enable` as in verl's `filter_groups.enable`; anchor_options go to the anchor (window: k;
+    kalman: eta, m, eta_min; ema: alpha; fixed: value); metrics_file is verl-only."""
 
     enable: bool = True
     lam: float = DEFAULT_LAMBDA
@@ -49,22 +50,23 @@ class HADWOptions:
     metrics_file: str | None = None  # append one JSON line of hadw/* metrics per step
 
     @staticmethod
-    def from_config(config: Any) -> HADWOptions:
+    def from_config(config: Any) -> VerlHADWConfig:
         node = config.get("hadw", None) if config is not None else None
         raw = _to_dict(node)
-        allowed = set(HADWOptions.__dataclass_fields__)
+        allowed = set(VerlHADWConfig.__dataclass_fields__)
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise ValueError(f"algorithm.hadw: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-        options = HADWOptions(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
-        if options.anchor not in ANCHORS:
-            raise ValueError(f"algorithm.hadw.anchor={options.anchor!r}; allowed: {', '.join(ANCHORS)}")
-        if not options.lam > 0:
-            raise ValueError(f"algorithm.hadw.lam must be > 0, got {options.lam}")
-        return options
+        verl = VerlHADWConfig(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
+        try:
+            verl.options()
+        except ValueError as err:
+            raise ValueError(f"algorithm.hadw: {err}") from None
+        return verl
 
-    def anchor_spec(self) -> dict[str, Any]:
-        return {"kind": self.anchor, **self.anchor_options}
+    def options(self) -> HADWOptions:
+        """The one HA-DW schema of hadw.core (validated)."""
+        return HADWOptions(self.enable, self.lam, self.anchor, self.anchor_options, self.correct_threshold)
 
 
 def _to_dict(node: Any) -> dict[str, Any]:
@@ -88,6 +90,7 @@ class AnchorStore:
         self.last_metrics: dict[str, float] = {}
 
     def get(self, options: HADWOptions) -> Anchor:
+        """The anchor for these options (hadw.core.HADWOptions)."""
         spec = options.anchor_spec()
         if self.anchor is None or spec != self.spec:
             if self.anchor is not None:
@@ -143,7 +146,8 @@ def compute_grpo_hadw_outcome_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO advantages × Φ. Returns (advantages, returns), both [bs, T], like verl's `grpo`."""
-    options = HADWOptions.from_config(config)
+    verl = VerlHADWConfig.from_config(config)
+    options = verl.options()
     if norm_adv_by_std_in_grpo is None:  # verl passes it to built-in GRPO only; others read the config
         norm_adv_by_std_in_grpo = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
     # One scalar Â per response: verl's GRPO on a [bs, 1] all-ones mask (so empty responses keep theirs).
@@ -155,9 +159,9 @@ def compute_grpo_hadw_outcome_advantage(
     correct = (scores > options.correct_threshold).float()
     groups = group_ids(index).to(scores.device)
     anchor = STORE.get(options)
-    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enable)
+    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enabled)
     STORE.last_metrics = result.metrics
-    _log_metrics(result.metrics, options.metrics_file)
+    _log_metrics(result.metrics, verl.metrics_file)
     advantages = result.advantages.unsqueeze(-1) * response_mask
     return advantages, advantages
 
