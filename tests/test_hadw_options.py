@@ -55,5 +55,5 @@ def test_kalman_default_tracks_a_rising_accuracy():
     assert error <= 0.05 and end > 0.8
     frozen_end, frozen_error = track(make_anchor("kalman", m=10, eta_min=0.0))
     assert frozen_end == pytest.approx(0.332, abs=0.01) and frozen_error > 0.25
-    window_end, window_error = track(make_anchor("window", k=10))
+    _, window_error = track(make_anchor("window", k=10))
     assert window_error == pytest.approx(0.028, abs=0.003)
