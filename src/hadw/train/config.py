@@ -141,8 +141,12 @@ class AlgorithmConfig:
     overlong: str = "none"  # none | mask | penalty
     overlong_buffer: int = 4  # "penalty": the last N tokens before max_new_tokens where the penalty ramps up
     overlong_penalty: float = 1.0  # "penalty": the penalty at the length limit
+    # L of aggregation=seq-mean-token-sum-norm (Dr. GRPO): a constant, so a response's weight does not
+    # change with each batch's longest response; None = rollout.max_new_tokens (verl's loss_scale_factor).
+    norm_length: int | None = None
 
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
+        """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
         base = LOSS_PRESETS[self.preset]
         pick = lambda value, default: default if value is None else value
         return LossSpec(
@@ -153,6 +157,7 @@ class AlgorithmConfig:
             kl_coef=self.kl_coef,
             kl_estimator=self.kl_estimator,
             entropy_coef=self.entropy_coef,
+            norm_length=self.norm_length or max_new_tokens,
         )
 
 
@@ -440,6 +445,8 @@ def validate(cfg: Config) -> None:
     _range("algorithm.entropy_coef", a.entropy_coef, -1e9, 1e9)
     _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
     _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
+    if a.norm_length is not None:
+        _range("algorithm.norm_length", a.norm_length, 1, 1 << 24)
     _range("rollout.top_k", r.top_k, 0, 1 << 30)
     _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
     _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)

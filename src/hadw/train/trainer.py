@@ -161,7 +161,7 @@ class Trainer:
         self._skip_long_prompts()
         self._no_signal_streak, self._warned_no_signal = 0, False
         self.no_signal_warning: str | None = None
-        self.loss_spec = cfg.algorithm.loss_spec()
+        self.loss_spec = cfg.algorithm.loss_spec(cfg.rollout.max_new_tokens)
         self.reward_specs = [
             RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
             for name, w in zip(
