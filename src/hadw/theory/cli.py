@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hadw.cli_lists import parse_floats, parse_ints
 from hadw.theory import binary, continuous, rectified
 
 bias_app = typer.Typer(
@@ -25,8 +27,8 @@ DEFAULT_P = [0.05, 0.125, 0.25, 0.375, 0.5, 0.75, 0.875]
 DEFAULT_INTERVALS = ["0:0.5", "0:0.25", "0:0.125", "0:2/G", "0.5:1", "0.75:1"]
 DEFAULT_DISTS = ["beta:2,5", "beta:5,2", "beta:0.5,0.5", "truncnorm:0.3,0.2"]
 
-GroupSizes = typer.Option(DEFAULT_G, "--group-size", "-G", help="Group size G (repeat for several).")
-JsonFlag = typer.Option(False, "--json", help="Print JSON instead of a table.")
+GroupSizes = typer.Option("--group-size", "-G", help="Group sizes G, e.g. 4,8 (or repeat the option).")
+JsonFlag = typer.Option("--json", help="Print JSON instead of a table.")
 
 
 def _emit(data: dict, table: Table, as_json: bool) -> None:
@@ -52,25 +54,35 @@ def _fmt(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
 
 
-def _check_groups(group_sizes: list[int]) -> None:
+def _check_groups(values: list[str]) -> list[int]:
+    group_sizes = parse_ints(values, "--group-size")
     bad = [G for G in group_sizes if G < 2]
     if bad:
         raise typer.BadParameter(f"group sizes must be ≥ 2; got {bad}", param_hint="'--group-size'")
+    return group_sizes
 
 
 @bias_app.command("table")
 def table_cmd(
-    group_sizes: list[int] = GroupSizes,
-    success_rates: list[float] = typer.Option(
-        DEFAULT_P, "--p", "-p", help="True success rate p of a prompt, in [0, 1] (repeat for several)."
-    ),
-    eps: float = typer.Option(0.0, "--eps", help="Margin ε ≥ 0 of the mis-estimation probability (0: ε→0 limit)."),
-    as_json: bool = JsonFlag,
+    group_sizes: Annotated[list[str], GroupSizes] = [",".join(map(str, DEFAULT_G))],
+    success_rates: Annotated[
+        list[str],
+        typer.Option(
+            "--success-rate",
+            "-p",
+            help="True success rates p of a prompt in [0, 1], e.g. 0.1,0.5 (or repeat the option).",
+        ),
+    ] = [",".join(map(str, DEFAULT_P))],
+    eps: Annotated[
+        float, typer.Option("--eps", help="Margin ε ≥ 0 of the mis-estimation probability (0: ε→0 limit).")
+    ] = 0.0,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias (Lemma 2), degenerate-group probability and mis-estimation probability (Theorem 2) per G and p."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
+    success_rates = parse_floats(success_rates, "--success-rate")
     if any(not 0 <= p <= 1 for p in success_rates) or eps < 0:
-        raise typer.BadParameter("--p values must lie in [0, 1] and --eps must be ≥ 0")
+        raise typer.BadParameter("--success-rate values must lie in [0, 1] and --eps must be ≥ 0")
     G, p = np.meshgrid(group_sizes, success_rates, indexing="ij")
     columns = {
         "p_degenerate": binary.p_degenerate(p, G),
@@ -121,37 +133,31 @@ def parse_bound(text: str, G: int) -> float:
         ) from None
 
 
-def _interval_direction(lo: float, hi: float, direction: str) -> str:
-    """The event a table row is about. Paper Table 6 (p < 2/G) is the under-estimate for every G, even
-    where 2/G ≥ 1/2 (G = 2, 3 give 0.5 and 0.75); the per-p `auto` rule would mix in over-estimates."""
-    if direction != "auto":
-        return direction
-    if lo == 0.0:
-        return "under"
-    if hi == 1.0:
-        return "over"
-    return "auto"
-
-
 @bias_app.command("average")
 def average_cmd(
-    group_sizes: list[int] = typer.Option(list(range(2, 9)), "--group-size", "-G", help="Group size G (repeat)."),
-    intervals: list[str] = typer.Option(
-        DEFAULT_INTERVALS,
-        "--interval",
-        "-i",
-        help="Interval LO:HI of p (repeat). Bounds are numbers, fractions (1/8) or multiples of 1/G (2/G).",
-    ),
-    direction: str = typer.Option(
-        "auto",
-        "--direction",
-        help="Which mis-estimate: auto (under on intervals starting at 0, over on those ending at 1, "
-        "otherwise under for p ≤ 1/2 and over above), under or over.",
-    ),
-    as_json: bool = JsonFlag,
+    group_sizes: Annotated[list[str], typer.Option("--group-size", "-G", help="Group sizes G, e.g. 2-8 or 4,8.")] = [
+        "2-8"
+    ],
+    intervals: Annotated[
+        list[str],
+        typer.Option(
+            "--interval",
+            "-i",
+            help="Interval LO:HI of p (repeat). Bounds are numbers, fractions (1/8) or multiples of 1/G (2/G).",
+        ),
+    ] = DEFAULT_INTERVALS,
+    direction: Annotated[
+        str,
+        typer.Option(
+            "--direction",
+            help="Which mis-estimate: auto (per interval: under when it starts below 1/2, as in the paper's "
+            "Tables 4-6, over otherwise), under or over.",
+        ),
+    ] = "auto",
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Probability of a mis-estimate given S for p ~ Uniform[LO, HI], ε → 0 (Corollaries 1–3)."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if direction not in binary.DIRECTIONS:
         raise typer.BadParameter(f"must be one of {binary.DIRECTIONS}", param_hint="'--direction'")
     rows = []
@@ -162,9 +168,11 @@ def average_cmd(
             lo, hi = (parse_bound(s, G) for s in spec.split(":"))
             if not 0 <= lo < hi <= 1:
                 raise typer.BadParameter(f"{spec!r} at G={G} gives [{lo}, {hi}]; need 0 ≤ LO < HI ≤ 1")
-            used = _interval_direction(lo, hi, direction)
-            value = float(binary.interval_average(G, lo, hi, used))
-            rows.append({"G": G, "interval": spec, "lo": lo, "hi": hi, "direction": used, "average": value})
+            # Tables 4-6 average one event over the whole interval: under-estimation on intervals of hard
+            # prompts, even where (0, 2/G) reaches past 1/2 for G ≤ 3 (G = 2, 3 give 0.5, 0.75).
+            event = direction if direction != "auto" else ("under" if lo < 0.5 else "over")
+            value = float(binary.interval_average(G, lo, hi, event))
+            rows.append({"G": G, "interval": spec, "lo": lo, "hi": hi, "direction": event, "average": value})
     table = _table(
         f"P(mis-estimate | S, p ~ U[LO, HI]), ε → 0, direction = {direction}",
         ["interval", *(f"G={G}" for G in group_sizes)],
@@ -176,13 +184,13 @@ def average_cmd(
 
 @bias_app.command("lambda")
 def lambda_cmd(
-    p_hat: float = typer.Option(..., "--p-hat", help="Observed group success rate p̂ ∈ (0, 1)."),
-    anchor: float = typer.Option(..., "--anchor", help="Difficulty anchor C ∈ [0, 1] (e.g. recent accuracy)."),
-    group_size: int = typer.Option(8, "--group-size", "-G", help="Group size G ≥ 2."),
-    margin: float = typer.Option(0.1, "--Delta", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ]."),
-    delta: float = typer.Option(0.1, "--delta", help="δ ∈ (0, 1): failure probability of the range."),
-    eps: float = typer.Option(0.1, "--eps", help="ε > 0: allowed error of the rectified baseline."),
-    as_json: bool = JsonFlag,
+    p_hat: Annotated[float, typer.Option("--p-hat", help="Observed group success rate p̂ ∈ (0, 1).")],
+    anchor: Annotated[float, typer.Option("--anchor", help="Difficulty anchor C ∈ [0, 1] (e.g. recent accuracy).")],
+    group_size: Annotated[int, typer.Option("--group-size", "-G", help="Group size G ≥ 2.")] = 8,
+    margin: Annotated[float, typer.Option("--margin", help="Δ ∈ (0, 1/2]: the true p is assumed in [Δ, 1−Δ].")] = 0.1,
+    delta: Annotated[float, typer.Option("--delta", help="δ ∈ (0, 1): failure probability of the range.")] = 0.1,
+    eps: Annotated[float, typer.Option("--eps", help="ε > 0: allowed error of the rectified baseline.")] = 0.1,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """λ_scale range of Theorem 3 (via Lemma 1's c_low, c_high) for correct and incorrect responses."""
     _check_groups([group_size])
@@ -236,19 +244,21 @@ def parse_distribution(spec: str):
 
 @bias_app.command("continuous")
 def continuous_cmd(
-    dists: list[str] = typer.Option(
-        DEFAULT_DISTS,
-        "--dist",
-        "-d",
-        help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
-        "[0, 1]); repeat for several.",
-    ),
-    group_sizes: list[int] = GroupSizes,
-    sigma: float = typer.Option(0.1, "--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ."),
-    as_json: bool = JsonFlag,
+    dists: Annotated[
+        list[str],
+        typer.Option(
+            "--dist",
+            "-d",
+            help="Reward distribution on [0, 1]: beta:ALPHA,BETA or truncnorm:MU,XI (N(MU, XI²) truncated to "
+            "[0, 1]); repeat for several.",
+        ),
+    ] = DEFAULT_DISTS,
+    group_sizes: Annotated[list[str], GroupSizes] = [",".join(map(str, DEFAULT_G))],
+    sigma: Annotated[float, typer.Option("--sigma", help="σ ∈ [0, 1): a group updates when max r − min r > σ.")] = 0.1,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias of the group-mean baseline for continuous rewards (Theorem 4, with the corrected 1/G)."""
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if not 0 <= sigma < 1:
         raise typer.BadParameter("must lie in [0, 1)", param_hint="'--sigma'")
     rows = []
@@ -285,19 +295,25 @@ def continuous_cmd(
 
 @bias_app.command("plot")
 def plot_cmd(
-    out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="Folder for the PNG files (created)."),
-    group_sizes: list[int] = typer.Option([2, 4, 8, 16, 32], "--group-size", "-G", help="Group sizes (repeat)."),
-    sigma: float = typer.Option(0.1, "--sigma", help="σ of the continuous-reward figure (update if range > σ)."),
-    concentration: float = typer.Option(
-        4.0, "--concentration", help="α + β of the Beta rewards in the continuous-reward figure."
-    ),
-    points: int = typer.Option(25, "--points", help="Mean rewards evaluated in the continuous figure (≥ 2)."),
-    as_json: bool = JsonFlag,
+    out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Folder for the PNG files (created).")] = Path("."),
+    group_sizes: Annotated[list[str], typer.Option("--group-size", "-G", help="Group sizes G, e.g. 2,8.")] = [
+        "2,4,8,16,32"
+    ],
+    sigma: Annotated[
+        float, typer.Option("--sigma", help="σ of the continuous-reward figure (update if range > σ).")
+    ] = 0.1,
+    concentration: Annotated[
+        float, typer.Option("--concentration", help="α + β of the Beta rewards in the continuous-reward figure.")
+    ] = 4.0,
+    points: Annotated[
+        int, typer.Option("--points", help="Mean rewards evaluated in the continuous figure (≥ 2).")
+    ] = 25,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Write bias_binary.png (|bias| vs p per G, Figure 2) and bias_continuous.png (Beta rewards, Figure 5)."""
     from hadw.theory import plots  # matplotlib only when plotting
 
-    _check_groups(group_sizes)
+    group_sizes = _check_groups(group_sizes)
     if points < 2 or concentration <= 0 or not 0 <= sigma < 1:
         raise typer.BadParameter("need --points ≥ 2, --concentration > 0 and 0 ≤ --sigma < 1")
     binary_path, continuous_path = out_dir / "bias_binary.png", out_dir / "bias_continuous.png"
