@@ -257,3 +257,25 @@ def test_a_changed_anchor_setting_on_resume_warns_loudly_and_uses_the_configured
     STORE.reset()
     STORE.load_state_dict(saved.state_dict())
     assert STORE.get(HADWOptions(anchor="window", anchor_options={"k": 10})).history == [0.25]
+
+
+def test_multi_output_sessions_are_refused():
+    """verl's v1 trainer runs built-in GRPO on each agent session's final output; grpo_hadw sees no session
+    keys, so unequal group sizes (a multi-output session) are refused instead of mis-counted."""
+    rewards, mask = torch.zeros(5, 3), torch.ones(5, 3)
+    rewards[0, -1] = 1.0
+    with pytest.raises(ValueError, match=r"groups of unequal size \(2\.\.3 rows per uid\)"):
+        call_like_verl(algorithm(), rewards, mask, np.array(["a", "a", "a", "b", "b"], dtype=object))
+    STORE.reset()
+
+
+def test_filter_groups_warns_once(caplog):
+    config = algorithm()
+    config.filter_groups = {"enable": True}
+    rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
+    rewards[0, -1] = 1.0
+    uids = np.array(["a", "a", "b", "b"], dtype=object)
+    call_like_verl(config, rewards, mask, uids)
+    call_like_verl(config, rewards, mask, uids)
+    assert caplog.text.count("filter_groups.enable=True drops degenerate groups") == 1
+    STORE.reset()

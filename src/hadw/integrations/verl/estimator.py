@@ -148,6 +148,8 @@ def compute_grpo_hadw_outcome_advantage(
     """GRPO advantages × Φ. Returns (advantages, returns), both [bs, T], like verl's `grpo`."""
     verl = VerlHADWConfig.from_config(config)
     options = verl.options()
+    _warn_once_if_filtered(config)
+    _check_single_output_sessions(index)
     if norm_adv_by_std_in_grpo is None:  # verl passes it to built-in GRPO only; others read the config
         norm_adv_by_std_in_grpo = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
     # One scalar Â per response: verl's GRPO on a [bs, 1] all-ones mask (so empty responses keep theirs).
@@ -164,6 +166,38 @@ def compute_grpo_hadw_outcome_advantage(
     _log_metrics(result.metrics, verl.metrics_file)
     advantages = result.advantages.unsqueeze(-1) * response_mask
     return advantages, advantages
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once_if_filtered(config: Any) -> None:
+    """verl's dynamic sampling (algorithm.filter_groups.enable) drops degenerate groups BEFORE the estimator,
+    so the anchor would observe the accuracy of the kept groups only, not of all responses (docs/method.md
+    §3.1): say so loudly, once."""
+    node = config.get("filter_groups", None) if config is not None else None
+    enabled = bool(node.get("enable", False)) if node is not None else False
+    if enabled and "filter_groups" not in _WARNED:
+        _WARNED.add("filter_groups")
+        logger.warning(
+            "HA-DW: algorithm.filter_groups.enable=True drops degenerate groups before grpo_hadw, so the anchor "
+            "observes the accuracy of the KEPT groups only (biased upwards on hard batches); the paper ran DAPO "
+            "with the filter off (examples/verl/run_dapo_hadw.sh)."
+        )
+
+
+def _check_single_output_sessions(index: np.ndarray | list) -> None:
+    """grpo_hadw groups every output row by uid, as verl's GRPO does for single-turn rollouts. verl's v1
+    trainer computes its built-in GRPO on the final output of each multi-output agent session only, and a
+    plug-in estimator is not given the session keys, so grpo_hadw is for one output per sample: groups of
+    unequal size (the sign of multi-output sessions) are refused rather than silently mis-counted."""
+    _, counts = np.unique(np.asarray(index, dtype=object).astype(str), return_counts=True)
+    if counts.size and counts.min() != counts.max():
+        raise ValueError(
+            f"grpo_hadw: groups of unequal size ({int(counts.min())}..{int(counts.max())} rows per uid): "
+            "multi-output agent sessions are not supported (verl gives plug-in estimators no session keys); "
+            "use single-turn rollouts, or verl's built-in adv_estimator=grpo for multi-output agent loops"
+        )
 
 
 def _log_metrics(metrics: dict[str, float], metrics_file: str | None) -> None:
