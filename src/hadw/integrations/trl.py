@@ -153,10 +153,17 @@ class HADWGRPOTrainer(GRPOTrainer):
         return result.advantages[start : start + n]
 
     def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:  # the anchor is identical on every rank: the main process writes it
-            checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            folder = os.path.join(self._get_output_dir(trial=trial), checkpoint)
+        super()._save_checkpoint(model, trial)  # with push_to_hub, _push_from_checkpoint wrote the anchor first
+        checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self._write_anchor(os.path.join(self._get_output_dir(trial=None), checkpoint))
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # transformers pushes inside _save_checkpoint: the anchor must be in the folder before the upload.
+        self._write_anchor(checkpoint_folder)
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _write_anchor(self, folder: str) -> None:
+        if self.args.should_save and os.path.isdir(folder):  # identical on every rank: the main process writes
             with open(os.path.join(folder, ANCHOR_STATE_NAME), "w") as f:
                 json.dump(self.hadw_anchor.state_dict(), f)
 
