@@ -557,6 +557,7 @@ class Trainer:
         metrics[M.TIME_STEP] = rollout.generate_s + rollout.reward_s + t_update
         metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
+        metrics[M.SKIPPED_PROMPTS] = getattr(self.source, "num_skipped", 0)  # rows over data.max_prompt_tokens
         self._warn_if_no_signal(step, metrics[M.DEGENERATE_FRAC])
         return metrics
 
