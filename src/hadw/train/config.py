@@ -17,8 +17,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
+from hadw.core import ADVANTAGE_ESTIMATORS, LOSS_PRESETS, LossSpec
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
+from hadw.core.options import HADWOptions
 from hadw.errors import UserError
 
 
@@ -153,24 +154,8 @@ class AlgorithmConfig:
 
 
 @dataclass
-class HADWConfig:
-    enabled: bool = False
-    lam: float = 1.3  # λ_scale: paper Table 7's best (the authors' code uses 1.5)
-    anchor: str = "window"  # window | kalman | ema | fixed
-    window_k: int = 10  # the authors' released code
-    kalman_eta: float = 1.0
-    kalman_m: int = 10
-    kalman_eta_min: float = 0.0
-    ema_alpha: float = 0.2
-    fixed_value: float = 0.5
-
-    def anchor_options(self) -> dict[str, Any]:
-        return {
-            "window": {"k": self.window_k},
-            "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
-            "ema": {"alpha": self.ema_alpha},
-            "fixed": {"value": self.fixed_value},
-        }[self.anchor]
+class HADWConfig(HADWOptions):
+    """`hadw.*`: the fields (and their docs) are hadw.core.HADWOptions, the schema TRL and verl share."""
 
 
 @dataclass
@@ -395,7 +380,6 @@ def validate(cfg: Config) -> None:
         _choice("algorithm.aggregation", a.aggregation, AGGREGATIONS)
     _choice("algorithm.kl_estimator", a.kl_estimator, ("k1", "k2", "k3"))
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
-    _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
     _check_template(cfg.data.template)
     _check_data_fields(cfg.data)
@@ -404,10 +388,6 @@ def validate(cfg: Config) -> None:
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)
     _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)
-    _range("hadw.lam", cfg.hadw.lam, 1e-6, 100.0)
-    _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
-    _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
-    _range("hadw.window_k", cfg.hadw.window_k, 1, 1 << 20)
     _above("optim.lr", cfg.optim.lr, 0.0)
     _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
     _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
@@ -423,9 +403,9 @@ def validate(cfg: Config) -> None:
     _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
     _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
     _range("rollout.top_k", r.top_k, 0, 1 << 30)
-    _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
-    _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
-    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1e9)
+    for name, value, allowed in cfg.hadw.problems():  # the HA-DW schema checks itself (hadw.core.options)
+        shown = repr(value) if isinstance(value, str) else value
+        raise ConfigError(f"hadw.{name}={shown} is not allowed; allowed: {allowed}")
     _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
     _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
     _range("train.eval_every", t.eval_every, 0, 1 << 30)

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
@@ -101,6 +102,18 @@ def _check_master_weights(model) -> None:
         )
 
 
+def anchor_keys(anchor: Anchor, rows: list[Problem]) -> list[Any] | None:
+    """Each response's level / source / prompt id for the keyed anchors (None for the others); a
+    Problem without a level cannot be weighed per level: one line, exit 2."""
+    if not anchor.needs_keys:
+        return None
+    column = ANCHOR_KEY_COLUMN[anchor.kind]
+    keys = [getattr(p, column) for p in rows]
+    if any(k is None for k in keys):
+        raise UserError(f"hadw.anchor={anchor.kind} needs a {column} for every prompt; this data source has none")
+    return keys
+
+
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
@@ -167,7 +180,7 @@ class Trainer:
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
-        self.anchor: Anchor = make_anchor(cfg.hadw.anchor, **cfg.hadw.anchor_options())
+        self.anchor: Anchor = cfg.hadw.make_anchor()
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay
         )
@@ -390,6 +403,7 @@ class Trainer:
             self.anchor,
             self.cfg.hadw.lam,
             enabled=self.cfg.hadw.enabled,
+            keys=anchor_keys(self.anchor, rollout.rows),
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
