@@ -102,6 +102,10 @@ def _check_master_weights(model) -> None:
         )
 
 
+# Config keys whose change makes a saved anchor history incompatible.
+ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
+
+
 def anchor_keys(anchor: Anchor, rows: list[Problem]) -> list[Any] | None:
     """Each response's level / source / prompt id for the keyed anchors (None for the others); a
     Problem without a level cannot be weighed per level: one line, exit 2."""
@@ -223,7 +227,7 @@ class Trainer:
             )
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
-        anchor_keys = [d for d in diffs if d.startswith(("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema"))]
+        anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
         if anchor_keys:
             warnings.warn(
                 f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
@@ -403,7 +407,7 @@ class Trainer:
             self.anchor,
             self.cfg.hadw.lam,
             enabled=self.cfg.hadw.enabled,
-            keys=anchor_keys(self.anchor, rollout.rows),
+            keys=anchor_keys(self.anchor, rollout.problems),
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
