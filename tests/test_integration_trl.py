@@ -238,7 +238,7 @@ def test_config_validation_and_reward_resolution(tmp_path):
     with pytest.raises(ValueError, match="kalman anchor needs"):
         HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_m=1)
     kalman = HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_eta=0.5, hadw_anchor_m=4)
-    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.0}
+    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.2}
     assert HADWGRPOConfig(**common, hadw_anchor="fixed", hadw_anchor_value=0.4).hadw_anchor_options() == {
         "value": 0.4
     }
@@ -295,3 +295,16 @@ if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
     _ddp_worker(sys.argv[1], sys.argv[2])
+
+
+def test_anchor_state_is_in_the_checkpoint_before_it_is_pushed(tiny_model, tmp_path, monkeypatch):
+    """Issue 14: transformers pushes a checkpoint to the Hub inside _save_checkpoint; the anchor file must
+    already be in the folder then (it was written after the push before)."""
+    seen = []
+    record = lambda self, folder: seen.append((Path(folder) / ANCHOR_STATE_NAME).is_file())
+    monkeypatch.setattr(GRPOTrainer, "_push_from_checkpoint", record)
+    trainer = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "run", max_steps=2, save_strategy="steps",
+                           save_steps=2)  # fmt: skip
+    trainer.args.push_to_hub = True  # no network: the push itself is replaced above
+    trainer.train()
+    assert seen == [True]

@@ -1,4 +1,4 @@
-"""Difficulty anchors C_t: a running belief of the policy's current solving ability (method.md §3.1).
+"""Difficulty anchors C_t: a running belief of the policy's current solving ability (docs/method.md §3.1).
 
 An anchor sees exactly one observation per rollout batch, y_t = mean correctness over ALL responses of
 the batch (degenerate groups included, before any dynamic-sampling filter), through `observe(y_t)`,
@@ -21,6 +21,7 @@ State is plain floats and lists, so `state_dict()` round-trips through JSON and 
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -150,9 +151,9 @@ class KalmanAnchor(Anchor):
     - initialisation: the first observation sets the belief (C_1 = y_1);
     - warm-up: while fewer than `m` beliefs exist, η_t = 1/t (the running mean of the observations, the
       best estimate of a constant accuracy), which also seeds the belief history with real spread;
-    - `eta_min` floors the gain so the anchor never freezes (0 = the paper's rule). Default 0.2: on
-      accuracy rising 0.30 → 0.86 over 90 batches (m = 10) the paper's rule leaves C at 0.33 (mean
-      |C − y| 0.25); eta_min = 0.2 gives mean |C − y| 0.03 after warm-up, as `window` k = 10 does.
+    - `eta_min` floors the gain so the anchor never freezes. Its default, 0.2, makes the anchor track an
+      accuracy rising 0.30 → 0.86 over 90 batches within 0.03 on average (with 0, the paper's rule, the
+      anchor stays at 0.33; tests/test_core_anchors.py); set 0 for the paper's rule as printed.
     Weights use the prior C_t⁻ (the belief before this batch's y_t is absorbed).
     """
 
@@ -207,6 +208,16 @@ class KalmanAnchor(Anchor):
 BASE_ANCHORS: dict[str, type[Anchor]] = {cls.kind: cls for cls in (WindowAnchor, KalmanAnchor, EMAAnchor, FixedAnchor)}
 
 
+def _base_anchor(base: str, given: dict[str, Any]) -> tuple[Anchor, dict[str, Any]]:
+    """A base anchor of kind `base` from those of `given` that its constructor takes (the keyed kinds
+    accept every base kind's options flat, so one schema lists them all)."""
+    if base not in BASE_ANCHORS:
+        raise ValueError(f"keyed anchor: unknown base kind {base!r}; allowed: {', '.join(BASE_ANCHORS)}")
+    names = inspect.signature(BASE_ANCHORS[base].__init__).parameters
+    options = {k: v for k, v in given.items() if k in names}
+    return BASE_ANCHORS[base](**options), options
+
+
 def _base_from_state(state: dict[str, Any]) -> Anchor:
     anchor = BASE_ANCHORS[state["kind"]]()
     anchor.load_state_dict(state)
@@ -226,11 +237,20 @@ class KeyedAnchor(Anchor):
     kind = "per_level"
     needs_keys = True
 
-    def __init__(self, base: str = "window", **options: Any):
-        if base not in BASE_ANCHORS:
-            raise ValueError(f"{self.kind} anchor: unknown base kind {base!r}; allowed: {', '.join(BASE_ANCHORS)}")
-        self.base, self.options = base, dict(options)
-        self.batch = BASE_ANCHORS[base](**options)
+    def __init__(
+        self,
+        base: str = "window",
+        *,
+        k: int = 10,
+        eta: float = 1.0,
+        m: int = 10,
+        eta_min: float = 0.2,
+        alpha: float = 0.2,
+        value: float = 0.5,
+    ):
+        given = {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value}
+        self.base = base
+        self.batch, self.options = _base_anchor(base, given)  # options: only those of the base kind
         self.per_key: dict[str, Anchor] = {}
 
     @property
@@ -297,14 +317,24 @@ class PromptAnchor(Anchor):
     kind = "per_prompt"
     needs_keys = True
 
-    def __init__(self, base: str = "window", visits: int = 4, max_prompts: int = 100_000, **options: Any):
-        if base not in BASE_ANCHORS:
-            raise ValueError(f"per_prompt anchor: unknown base kind {base!r}; allowed: {', '.join(BASE_ANCHORS)}")
+    def __init__(
+        self,
+        base: str = "window",
+        visits: int = 4,
+        max_prompts: int = 100_000,
+        *,
+        k: int = 10,
+        eta: float = 1.0,
+        m: int = 10,
+        eta_min: float = 0.2,
+        alpha: float = 0.2,
+        value: float = 0.5,
+    ):
         if visits < 1 or max_prompts < 1:
             raise ValueError(f"per_prompt anchor needs visits >= 1 and max_prompts >= 1; got {visits}, {max_prompts}")
-        self.base, self.options = base, dict(options)
-        self.visits, self.max_prompts = int(visits), int(max_prompts)
-        self.batch = BASE_ANCHORS[base](**options)
+        given = {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value}
+        self.base, self.visits, self.max_prompts = base, int(visits), int(max_prompts)
+        self.batch, self.options = _base_anchor(base, given)
         self.counts: OrderedDict[str, list[list[int]]] = OrderedDict()  # id -> [[correct, total], ...]
 
     @property

@@ -1,72 +1,61 @@
-"""The one HA-DW option schema (method.md §3). The native config (`hadw.*`), TRL's `HADWGRPOConfig`
-(`hadw_*`) and the verl plugin (`algorithm.hadw.*`) all build an `HADWOptions` and from it the anchor;
-docs/method.md "HA-DW options" maps each field to its spelling on each surface.
+"""HA-DW's options: one schema behind every surface (docs/train.md, "HA-DW options", has the table).
 
-Anchor timing, by kind: `window` weighs with the mean INCLUDING the current batch (authors' code);
-`kalman` and `ema` weigh with the prior (the belief before this batch); `fixed` is constant. The keyed
-kinds (per_level, per_source, per_prompt) have the timing of their `anchor_base` kind.
+    options = HADWOptions(enabled=True, lam=1.3, anchor="kalman", anchor_options={"m": 10})
+    anchor = options.make_anchor()                    # validated when the options are built
+    out = apply_hadw(adv, correct, groups, anchor, options.lam, options.enabled)
+
+The native config (`hadw.*`), TRL's `HADWGRPOConfig` (`hadw_*`) and verl's `algorithm.hadw.*` keep their
+ecosystems' spellings and each builds one of these, so a value means the same everywhere and is validated in
+one place. Φ applies to the advantages of training rollouts only: evaluation never reweights and never
+feeds the anchor, on every surface.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from hadw.core.anchors import ANCHORS, BASE_ANCHORS, Anchor, make_anchor
+from hadw.core.anchors import ANCHORS, Anchor, make_anchor
 from hadw.core.weighting import DEFAULT_LAMBDA
 
 
-@dataclass
+@dataclass(frozen=True)
 class HADWOptions:
-    enabled: bool = False  # rescale advantages with Φ (False: the base algorithm; the anchor is still logged)
-    lam: float = DEFAULT_LAMBDA  # λ_scale of Φ = λ·exp(D·M): paper Table 7's best (the authors' code uses 1.5)
-    # Anchor kind: window (current batch included) | kalman, ema (prior) | fixed | per_level, per_source,
-    # per_prompt (beyond the paper, method.md §3.4; they need a level / source / prompt-id per response).
+    """enabled: rescale advantages by Φ (False: the base algorithm's advantages, the anchor still tracks);
+    lam: λ_scale of Φ = λ·exp(D·M); anchor: the kind (`hadw.core.ANCHORS`); anchor_options: that kind's
+    constructor arguments (missing ones take the anchor's defaults); correct_threshold: a response is correct
+    when its correctness score is above this (p̂ and the batch accuracy count correct responses)."""
+
+    enabled: bool = False
+    lam: float = DEFAULT_LAMBDA
     anchor: str = "window"
-    anchor_base: str = "window"  # per_level / per_source / per_prompt: the kind of each history (its timing)
-    window_k: int = 10  # window: batch accuracies averaged, the current one included (authors' code)
-    kalman_eta: float = 1.0  # kalman: base gain η (η_t = clip(η·σ_t, eta_min, 1))
-    kalman_m: int = 10  # kalman: beliefs in the σ_t window (and warm-up length)
-    kalman_eta_min: float = 0.2  # kalman: floor of η_t so the anchor keeps tracking (0 = the paper's rule)
-    ema_alpha: float = 0.2  # ema: rate α of C⁺ = (1 − α)C⁻ + α·y
-    fixed_value: float = 0.5  # fixed: the constant C (0.5 is the theory's pivot, method.md §3.4)
-    prompt_visits: int = 4  # per_prompt: visits pooled into a prompt's success rate, the current one included
-    prompt_max: int = 100_000  # per_prompt: prompts remembered (least recently seen forgotten first)
+    anchor_options: Mapping[str, Any] = field(default_factory=dict)
+    correct_threshold: float = 0.5
 
-    def base_options(self, kind: str) -> dict[str, Any]:
-        """Keyword arguments of a base anchor kind."""
-        return {
-            "window": {"k": self.window_k},
-            "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
-            "ema": {"alpha": self.ema_alpha},
-            "fixed": {"value": self.fixed_value},
-        }[kind]
-
-    def anchor_options(self) -> dict[str, Any]:
-        """Keyword arguments of `make_anchor(self.anchor, ...)`."""
-        if self.anchor in BASE_ANCHORS:
-            return self.base_options(self.anchor)
-        options = {"base": self.anchor_base, **self.base_options(self.anchor_base)}
-        if self.anchor == "per_prompt":
-            options |= {"visits": self.prompt_visits, "max_prompts": self.prompt_max}
-        return options
+    def __post_init__(self):
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"HA-DW anchor {self.anchor!r} is not allowed; allowed: {', '.join(ANCHORS)}")
+        if not self.lam > 0:
+            raise ValueError(f"HA-DW λ (lam) must be > 0, got {self.lam}")
+        if not 0.0 <= self.correct_threshold < 1.0:
+            raise ValueError(f"HA-DW correct_threshold must be in [0, 1), got {self.correct_threshold}")
+        allowed = anchor_parameters(self.anchor)
+        unknown = sorted(set(self.anchor_options) - set(allowed))
+        if unknown:
+            raise ValueError(f"{self.anchor} anchor: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+        self.make_anchor()  # bad values (k < 1, eta_min > 1, ...) fail here, with the anchor's own message
 
     def make_anchor(self) -> Anchor:
-        return make_anchor(self.anchor, **self.anchor_options())
+        return make_anchor(self.anchor, **self.anchor_options)
 
-    def problems(self) -> list[tuple[str, Any, str]]:
-        """(field, value, allowed) for each field out of range; [] when the options are valid."""
-        bad: list[tuple[str, Any, str]] = []
-        check = lambda name, ok, allowed: None if ok else bad.append((name, getattr(self, name), allowed))
-        check("anchor", self.anchor in ANCHORS, ", ".join(ANCHORS))
-        check("anchor_base", self.anchor_base in BASE_ANCHORS, ", ".join(BASE_ANCHORS))
-        check("lam", 1e-6 <= self.lam <= 100.0, "[1e-06, 100]")
-        check("window_k", self.window_k >= 1, ">= 1")
-        check("kalman_eta", self.kalman_eta >= 0.0, ">= 0")
-        check("kalman_m", self.kalman_m >= 2, ">= 2")
-        check("kalman_eta_min", 0.0 <= self.kalman_eta_min <= 1.0, "[0, 1]")
-        check("ema_alpha", 0.0 < self.ema_alpha <= 1.0, "(0, 1]")
-        check("fixed_value", 0.0 <= self.fixed_value <= 1.0, "[0, 1]")
-        check("prompt_visits", self.prompt_visits >= 1, ">= 1")
-        check("prompt_max", self.prompt_max >= 1, ">= 1")
-        return bad
+    def anchor_spec(self) -> dict[str, Any]:
+        """{"kind": ..., **options}: what identifies an anchor's settings (a change restarts its history)."""
+        return {"kind": self.anchor, **self.anchor_options}
+
+
+def anchor_parameters(kind: str) -> dict[str, Any]:
+    """{option: default} of an anchor kind's constructor, e.g. window -> {"k": 10}."""
+    signature = inspect.signature(ANCHORS[kind].__init__)
+    return {name: p.default for name, p in signature.parameters.items() if name != "self"}

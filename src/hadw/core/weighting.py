@@ -1,4 +1,4 @@
-"""HA-DW weights (method.md §3.2, paper eqs. 13–17).
+"""HA-DW weights (docs/method.md §3.2, paper eqs. 13–17).
 
 Per prompt:    diff = p̂ − C,   M = |diff|
 Per response:  D = −sgn(Â) · sgn(diff),   Φ = λ · exp(D · M)

@@ -21,16 +21,7 @@ _FIELD = re.compile(r"^\s+([a-z_][a-z0-9_]*)\s*:")
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field name: doc} for one dataclass, from the comments of its source (and of its dataclass bases,
-    e.g. HADWConfig's fields live in hadw.core.options.HADWOptions)."""
-    docs: dict[str, str] = {}
-    for base in cls.__mro__[1:]:
-        if is_dataclass(base):
-            docs |= field_docs(base)
-    return docs | _own_field_docs(cls)
-
-
-def _own_field_docs(cls: type) -> dict[str, str]:
+    """{field name: doc} for one dataclass, from the comments of its source."""
     source = inspect.getsource(cls)
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
