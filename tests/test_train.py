@@ -234,3 +234,17 @@ def test_keyed_anchors_see_each_response_key_and_checkpoint(tiny_path, tmp_path,
     else:
         assert {k for k, _ in state["counts"]} == {p.uid for p in seen}
         assert all(total == cfg.rollout.group_size for _, visits in state["counts"] for _, total in visits)
+
+
+def test_keyed_anchor_refuses_prompts_without_the_column():
+    from hadw.core import make_anchor
+    from hadw.data import Problem
+    from hadw.errors import UserError
+    from hadw.train.trainer import anchor_keys
+
+    rows = [Problem("1+1", "2", None, "file.jsonl", "file.jsonl:0")]
+    assert anchor_keys(make_anchor("window"), rows) is None
+    assert anchor_keys(make_anchor("per_source"), rows) == ["file.jsonl"]
+    assert anchor_keys(make_anchor("per_prompt"), rows) == ["file.jsonl:0"]
+    with pytest.raises(UserError, match="hadw.anchor=per_level needs a level for every prompt"):
+        anchor_keys(make_anchor("per_level"), rows)
