@@ -224,6 +224,14 @@ def _base_from_state(state: dict[str, Any]) -> Anchor:
     return anchor
 
 
+def _rows_by_key(keys: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """{str(key): [n] row indices}, keys in first-seen order (the same on every rank for the same batch)."""
+    rows: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        rows.setdefault(str(key), []).append(i)
+    return {name: torch.tensor(index, dtype=torch.long) for name, index in rows.items()}
+
+
 class KeyedAnchor(Anchor):
     """One anchor of kind `base` per key (difficulty level or data source; method.md §3.4), beside a
     batch anchor of the same kind.
@@ -264,15 +272,14 @@ class KeyedAnchor(Anchor):
     def observe_keyed(self, correctness: torch.Tensor, keys: Sequence[Any]) -> torch.Tensor:
         """correctness: [N] 0/1; keys: N labels. Returns [N] the C each response is weighed against."""
         c_batch = self.batch.observe(float(correctness.mean()) if correctness.numel() else 0.0)
-        names = [str(k) for k in keys]
-        c = torch.full((len(names),), float(c_batch), dtype=torch.float32)
-        for name in dict.fromkeys(names):  # first-seen order: the same on every rank
-            rows = torch.tensor([n == name for n in names])
+        c = torch.full((len(keys),), float(c_batch), dtype=torch.float32)
+        correct = correctness.detach().float().cpu()
+        for name, rows in _rows_by_key(keys).items():
             anchor = self.per_key.get(name)
             fresh = anchor is None or anchor.prior is None
             if anchor is None:
                 anchor = self.per_key[name] = BASE_ANCHORS[self.base](**self.options)
-            c_key = anchor.observe(float(correctness[rows].float().mean()))
+            c_key = anchor.observe(float(correct[rows].mean()))
             if not fresh:
                 c[rows] = float(c_key)
         return c
@@ -347,11 +354,10 @@ class PromptAnchor(Anchor):
     def observe_prompts(self, correctness: torch.Tensor, keys: Sequence[Any]) -> tuple[float, torch.Tensor]:
         """correctness: [N] 0/1; keys: N prompt ids. Returns (C, [N] p̃ of each response's prompt)."""
         c = self.batch.observe(float(correctness.mean()) if correctness.numel() else 0.0)
-        names = [str(k) for k in keys]
-        p = torch.empty(len(names), dtype=torch.float32)
-        for name in dict.fromkeys(names):
-            rows = torch.tensor([n == name for n in names])
-            visit = [int(correctness[rows].sum()), int(rows.sum())]
+        p = torch.empty(len(keys), dtype=torch.float32)
+        correct = correctness.detach().float().cpu()
+        for name, rows in _rows_by_key(keys).items():
+            visit = [int(correct[rows].sum()), len(rows)]
             history = [*self.counts.pop(name, []), visit][-self.visits :]
             self.counts[name] = history  # re-inserted last: the most recently seen
             p[rows] = sum(v[0] for v in history) / sum(v[1] for v in history)
