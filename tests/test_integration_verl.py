@@ -175,6 +175,9 @@ def test_options_are_validated():
     with pytest.raises(ValueError, match=r"window anchor: unknown option\(s\) \['kk'\]"):
         VerlHADWConfig.from_config(algorithm(anchor_options={"kk": 3}))
     assert VerlHADWConfig.from_config(OmegaConf.create({})) == VerlHADWConfig()  # no algorithm.hadw: defaults
+    for keyed in ("per_level", "per_source", "per_prompt"):  # verl gives estimators no level/source/stable id
+        with pytest.raises(ValueError, match=f"anchor={keyed} is not available in verl"):
+            VerlHADWConfig.from_config(algorithm(anchor=keyed))
 
 
 def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):

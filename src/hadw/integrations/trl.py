@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, HADWOptions, anchor_parameters, apply_hadw
-from hadw.core.anchors import anchor_setting_changes
+from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,23 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_anchor_eta_min: float = field(default=0.2, metadata={"help": "kalman: floor of the gain η_t."})
     hadw_anchor_alpha: float = field(default=0.2, metadata={"help": "ema: rate α."})
     hadw_anchor_value: float = field(default=0.5, metadata={"help": "fixed: the constant anchor C."})
+    hadw_anchor_base: str = field(
+        default="window",
+        metadata={"help": "per_level / per_source / per_prompt: the kind (and timing) of each history."},
+    )
+    hadw_anchor_visits: int = field(
+        default=4, metadata={"help": "per_prompt: visits pooled into a prompt's success rate (current included)."}
+    )
+    hadw_anchor_max_prompts: int = field(
+        default=100_000, metadata={"help": "per_prompt: prompts remembered (least recently seen forgotten first)."}
+    )
+    hadw_key_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "per_level / per_source / per_prompt: the dataset column giving each prompt's level, source "
+            "or id. Default: level, source, uid respectively. Refused at the first batch when missing."
+        },
+    )
     hadw_correctness_reward: str | None = field(
         default=None,
         metadata={
@@ -126,11 +144,26 @@ class HADWGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, self._hadw_rewards_per_func = self._hadw_rewards_per_func, None
         if self.model.training:  # evaluation neither reweights nor moves the anchor
-            output["advantages"] = self._hadw_rescale(output["advantages"], rewards_per_func)
+            output["advantages"] = self._hadw_rescale(output["advantages"], rewards_per_func, inputs)
         return output
 
-    def _hadw_rescale(self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]. Returns [n] Â·Φ."""
+    def _hadw_keys(self, inputs: list[dict[str, Any]]) -> list[Any]:
+        """Each completion's level / source / prompt id, gathered from every rank in TRL's order (rank 0's
+        slice first, as `gather` lays out the rewards), so every rank's keyed anchor sees the same batch."""
+        column = self.args.hadw_key_column or ANCHOR_KEY_COLUMN[self.hadw_anchor.kind]
+        missing = [i for i, row in enumerate(inputs) if row.get(column) is None]
+        if missing:
+            raise ValueError(
+                f"hadw_anchor={self.hadw_anchor.kind!r} needs a {column!r} column in the training dataset (row "
+                f"keys: {sorted(inputs[missing[0]])}); add it, or name another with hadw_key_column"
+            )
+        return gather_object([row[column] for row in inputs])
+
+    def _hadw_rescale(
+        self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor, inputs: list[dict[str, Any]]
+    ) -> torch.Tensor:
+        """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]; inputs: this rank's n rows
+        (their dataset columns give the keyed anchors' keys). Returns [n] Â·Φ."""
         # An unscored (NaN) correctness reward counts as wrong: NaN > threshold is False.
         correct = (rewards_per_func[:, self.hadw_correctness_index] > self.hadw_options.correct_threshold).float()
         # TRL lays the gathered batch out as consecutive groups of num_generations (rewards.view(-1, G)),
@@ -138,7 +171,8 @@ class HADWGRPOTrainer(GRPOTrainer):
         group_ids = torch.arange(correct.numel(), device=correct.device) // self.num_generations
         advantages = self.accelerator.gather(local_advantages)
         opts = self.hadw_options
-        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled)
+        keys = self._hadw_keys(inputs) if self.hadw_anchor.needs_keys else None
+        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled, keys=keys)
 
         for name, value in result.metrics.items():
             self._metrics["train"][name].append(value)

@@ -170,8 +170,13 @@ class HADWConfig:
     enabled: bool = False  # rescale each response's advantage by Φ; false = the base algorithm alone
     lam: float = 1.3  # λ_scale: paper Table 7's best (the authors' code uses 1.5)
     # window (the authors' code: mean of the last k batch accuracies, the current one included) | kalman
-    # (the paper's eqs. 8-12; weights use the prior belief) | ema (weights use the prior) | fixed
+    # (the paper's eqs. 8-12; weights use the prior belief) | ema (weights use the prior) | fixed | beyond the
+    # paper (docs/method.md §3.4): per_level / per_source (one history of kind anchor_base per difficulty level
+    # / data source) | per_prompt (a prompt's pooled success over its last prompt_visits visits replaces p̂)
     anchor: str = "window"
+    anchor_base: str = "window"  # per_level / per_source / per_prompt: the kind (and timing) of each history
+    prompt_visits: int = 4  # per_prompt: visits pooled into a prompt's success rate, the current one included
+    prompt_max: int = 100_000  # per_prompt: prompts remembered (the least recently seen forgotten first)
     window_k: int = 10  # window: batch accuracies averaged (the authors' released code)
     kalman_eta: float = 1.0  # kalman: base gain η (η_t = η·σ_t, σ_t the std of the last m beliefs)
     kalman_m: int = 10  # kalman: beliefs in σ_t's window, and batches of running-mean warm-up
@@ -181,12 +186,21 @@ class HADWConfig:
 
     def anchor_options(self) -> dict[str, Any]:
         """The chosen anchor kind's options, from the fields above."""
-        return {
+        base = {
             "window": {"k": self.window_k},
             "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
             "ema": {"alpha": self.ema_alpha},
             "fixed": {"value": self.fixed_value},
-        }[self.anchor]
+        }
+        if self.anchor in base:
+            return base[self.anchor]
+        if self.anchor_base not in base:
+            raise ConfigError(f"hadw.anchor_base={self.anchor_base!r} is not allowed; allowed: {', '.join(base)}")
+        # keyed kinds take every base option (one flat schema); only anchor_base's own are used
+        options = {"base": self.anchor_base, **{k: v for kind in base.values() for k, v in kind.items()}}
+        if self.anchor == "per_prompt":
+            options |= {"visits": self.prompt_visits, "max_prompts": self.prompt_max}
+        return options
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""

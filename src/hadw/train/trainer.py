@@ -27,6 +27,7 @@ import torch
 
 from hadw import metrics as M
 from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
@@ -100,6 +101,22 @@ def _check_master_weights(model) -> None:
             f"the model's trainable weights are {sorted(map(str, dtypes))}; train float32 master weights "
             "(model.dtype=float32) with model.compute_dtype=bfloat16 for mixed precision"
         )
+
+
+# Config keys whose change makes a saved anchor history incompatible.
+ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
+
+
+def anchor_keys(anchor: Anchor, rows: list[Problem]) -> list[Any] | None:
+    """Each response's level / source / prompt uid for the keyed anchors (None for the others); a data
+    source without that column cannot be weighed per level: one line, exit 2."""
+    if not anchor.needs_keys:
+        return None
+    column = ANCHOR_KEY_COLUMN[anchor.kind]
+    keys = [getattr(p, column) for p in rows]
+    if any(k is None for k in keys):
+        raise UserError(f"hadw.anchor={anchor.kind} needs a {column} for every prompt; this data source has none")
+    return keys
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -216,7 +233,7 @@ class Trainer:
             )
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
-        anchor_keys = [d for d in diffs if d.startswith(("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema"))]
+        anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
         if anchor_keys:
             warnings.warn(
                 f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
@@ -423,6 +440,7 @@ class Trainer:
             self.anchor,
             self.hadw.lam,
             enabled=self.hadw.enabled,
+            keys=anchor_keys(self.anchor, rollout.problems),
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())

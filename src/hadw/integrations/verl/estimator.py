@@ -28,7 +28,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
 from hadw.core import DEFAULT_LAMBDA, Anchor, HADWOptions, apply_hadw, make_anchor
-from hadw.core.anchors import anchor_setting_changes
+from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
 from hadw.integrations.verl import ESTIMATOR_NAME
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,13 @@ class VerlHADWConfig:
         if unknown:
             raise ValueError(f"algorithm.hadw: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
         verl = VerlHADWConfig(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
+        if verl.anchor in ANCHOR_KEY_COLUMN:
+            raise ValueError(
+                f"algorithm.hadw.anchor={verl.anchor} is not available in verl: it needs each response's "
+                f"{ANCHOR_KEY_COLUMN[verl.anchor]}, and verl gives an advantage estimator only the rewards and a "
+                "fresh random uid per sample and step (no level, data source or stable prompt id); use window, "
+                "kalman, ema or fixed (docs/verl.md), or the native trainer / TRL for the keyed anchors"
+            )
         try:
             verl.options()
         except ValueError as err:
