@@ -43,7 +43,7 @@ def test_sim_command_writes_plot_and_json_and_rejects_bad_arm(tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sim.png").stat().st_size > 1000
     data = json.loads((tmp_path / "sim.json").read_text())
-    assert set(data["summary"]) == {"grpo", "grpo-lam", "window", "kalman"}
+    assert set(data["summary"]) == {"grpo", "grpo-lam", "window", "kalman", "per_level"}
     assert data["summary"]["grpo"]["diff_vs_grpo"] is None
     result = CliRunner().invoke(app, [*args, "--arm", "median"])
     assert result.exit_code == 2 and "median" in result.output

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hadw.core.anchors import make_anchor
+from hadw.core.anchors import KeyedAnchor, make_anchor
 from hadw.core.weighting import DEFAULT_LAMBDA, hadw_weights
 
 BUCKETS = (0.0, 0.1, 0.3, 0.7, 1.0)  # initial success-rate buckets: hard, medium-hard, medium, easy
@@ -33,7 +33,8 @@ class SimConfig:
     shared_lr: float = 0.02  # step size on the shared logit: how far learning transfers between prompts
     std_normalise: bool = True  # GRPO's Â = (r − mean)/std (False: Dr. GRPO's r − mean)
     lam: float = DEFAULT_LAMBDA
-    arms: list[str] = field(default_factory=lambda: ["grpo", "grpo-lam", "window", "kalman"])
+    arms: list[str] = field(default_factory=lambda: ["grpo", "grpo-lam", "window", "kalman", "per_level"])
+    # per_level / per_prompt: keyed anchors with the bucket / prompt as key (per_prompt is slow: a Python loop)
     # grpo; grpo-lam (Â·λ: mean Φ ≈ λ, so this separates the step-size effect from the reweighting); an anchor kind
 
 
@@ -53,7 +54,12 @@ def _run_arm(cfg: SimConfig, arm: str, u0: torch.Tensor, idx: torch.Tensor, nois
     u, shared = u0.clone(), torch.zeros(S, 1, dtype=u0.dtype)
     buckets = torch.bucketize(torch.sigmoid(u0), torch.tensor(BUCKETS[1:-1], dtype=u0.dtype))
     onehot = torch.nn.functional.one_hot(buckets, len(BUCKETS) - 1).to(u0.dtype)  # [S, P, K]
-    anchors = None if arm in ("grpo", "grpo-lam") else [make_anchor(arm) for _ in range(S)]
+    if arm in ("grpo", "grpo-lam"):
+        anchors = None
+    elif arm in ("per_level", "per_prompt"):  # level = the prompt's initial-difficulty bucket
+        anchors = [make_anchor(arm) for _ in range(S)]
+    else:
+        anchors = [make_anchor(arm) for _ in range(S)]
     curves = []
 
     def record() -> None:
@@ -72,7 +78,17 @@ def _run_arm(cfg: SimConfig, arm: str, u0: torch.Tensor, idx: torch.Tensor, nois
             adv = adv / (r.std(-1, keepdim=True) + 1e-6)
         if arm == "grpo-lam":
             adv = adv * cfg.lam
-        if anchors is not None:
+        if anchors is not None and isinstance(anchors[0], KeyedAnchor):
+            key_of = torch.gather(buckets, 1, i) if arm == "per_level" else i  # [S, B]
+            G = r.shape[-1]
+            c = torch.stack(
+                [
+                    a.observe_keyed(rs.reshape(-1), k.repeat_interleave(G).tolist()).view(-1, G)
+                    for a, k, rs in zip(anchors, key_of, r, strict=True)
+                ]
+            )  # [S, B, G]: the C each response is weighed against (one per key, all G of a prompt alike)
+            adv = adv * hadw_weights(adv, p_hat.expand_as(r), c.to(u.dtype), cfg.lam)
+        elif anchors is not None:
             c = torch.tensor([a.observe(float(y)) for a, y in zip(anchors, r.mean((1, 2)), strict=True)])
             adv = adv * hadw_weights(adv, p_hat.expand_as(r), c.to(u.dtype).view(S, 1, 1), cfg.lam)
         grad = (adv * (r - p.unsqueeze(-1))).mean(-1)  # [S, B]: d/d logit of the mean over G of Â·log π
