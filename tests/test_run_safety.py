@@ -332,6 +332,8 @@ def test_a_huge_row_is_skipped_and_counted(tiny_path, tmp_path, capfd):
     assert all(len(p.question) < 100 for p in trainer.source.problems + trainer.source.eval_problems())
     assert "skipped 1 rows" in capfd.readouterr().err
     trainer.train()
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps and all(r["data/skipped_prompts"] == 1 for r in steps)  # counted in the metrics too
 
 
 def test_eval_size_zero_and_tiny_files_train_to_the_end(tiny_path, tmp_path):
