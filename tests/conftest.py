@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
