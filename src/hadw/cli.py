@@ -28,6 +28,7 @@ COMMAND_MODULES: list[str] = [
     "hadw.eval.cli",  # eval, probe
     "hadw.experiments.cli",  # compare, demo, plot
     "hadw.theory.cli",  # bias
+    "hadw.sim.cli",  # sim
     "hadw.data.cli",  # data list / download
 ]
 

@@ -101,6 +101,12 @@ def initial_policy(settings: SimSettings) -> tuple[torch.Tensor, torch.Tensor, t
     return skill, theta, offset, level
 
 
+def sample_groups(p: torch.Tensor, group_size: int, gen: torch.Generator) -> torch.Tensor:
+    """Exact group sampling: [..., G] independent Bernoulli(p) rewards (0./1.) for p of shape [...]."""
+    u = torch.rand(*p.shape, group_size, generator=gen, dtype=p.dtype)
+    return (u < p.unsqueeze(-1)).to(p.dtype)
+
+
 def step_weights(
     arm: str, rewards: torch.Tensor, p_true: torch.Tensor, anchors: torch.Tensor, lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +164,7 @@ def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray,
         z = skill.unsqueeze(1) + theta[rows, idx] + offset[idx]  # [S, B]
         with torch.no_grad():
             p = torch.sigmoid(z)
-            rewards = (torch.rand(S, B, G, generator=gen, dtype=torch.float64) < p.unsqueeze(-1)).to(z.dtype)
+            rewards = sample_groups(p, G, gen)
             batch_acc = rewards.mean(dim=(1, 2))
             c = torch.tensor([a.observe(float(y)) for a, y in zip(anchors, batch_acc, strict=True)], dtype=z.dtype)
             weights, _ = step_weights(arm, rewards, p, c, settings.lam)
