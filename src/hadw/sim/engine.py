@@ -5,8 +5,8 @@ The policy (one copy per seed, all seeds advanced together as one batch of tenso
     z[s, i] = skill[s] + theta[s, i] + offset[level(i)]        p[s, i] = sigmoid(z[s, i])
 
 `skill` is shared by every prompt (what generalises), `theta` is the prompt's own logit (what is
-memorised), `offset` is a fixed difficulty per level. One step per seed: draw `prompts` prompts
-uniformly (with replacement), draw G Bernoulli(p) rewards per prompt, compute advantages and Φ with
+memorised), `offset` is a fixed difficulty per level. One step per seed: draw `prompts` prompts (a
+level uniformly, then a prompt of it uniformly, with replacement), draw G Bernoulli(p) rewards per prompt, compute advantages and Φ with
 hadw.core, and take one SGD step on the surrogate −mean(Â·Φ · log π(r)). log π(r) is the Bernoulli
 log-likelihood of the outcome, so d log π / dz = r − p: exactly the score function a token-level policy
 gradient sums, reduced to one logit per prompt.
@@ -140,10 +140,11 @@ def step_weights(
 
 
 def _accuracy(z: torch.Tensor, level: torch.Tensor, n_levels: int) -> torch.Tensor:
-    """[S, n_levels + 1]: mean true success rate per level, then over all prompts."""
+    """[S, n_levels + 1]: mean true success rate per level, then their mean ("all": levels weigh equally,
+    as in an evaluation set whose problems draw their level uniformly)."""
     p = torch.sigmoid(z)
     per_level = torch.stack([p[:, level == lv].mean(dim=1) for lv in range(n_levels)], dim=1)
-    return torch.cat([per_level, p.mean(dim=1, keepdim=True)], dim=1)
+    return torch.cat([per_level, per_level.mean(dim=1, keepdim=True)], dim=1)
 
 
 def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,11 +157,16 @@ def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray,
     anchors = [make_anchor(settings.anchor, **settings.anchor_options) for _ in settings.seeds]
     gen = torch.Generator().manual_seed(1_000_003 * (settings.seeds[0] + 1) + S)
     rows = torch.arange(S).unsqueeze(1)
+    sizes = torch.tensor(settings.prompts_per_level)
+    starts = torch.cumsum(sizes, 0) - sizes
     record_steps, curves, anchor_means, anchor_sum, since = [0], [], [], torch.zeros(S, dtype=torch.float64), 0
     with torch.no_grad():
         curves.append(_accuracy(skill.unsqueeze(1) + theta + offset, level, n_levels))
     for step in range(1, settings.steps + 1):
-        idx = torch.randint(P, (S, B), generator=gen)  # the same draws for every arm (same generator seed)
+        # level uniform, then a prompt uniform within it (as hadw.data's task streams draw); the same
+        # draws for every arm while the arms' rewards agree (same generator seed)
+        lv = torch.randint(n_levels, (S, B), generator=gen)
+        idx = starts[lv] + (torch.rand(S, B, generator=gen, dtype=torch.float64) * sizes[lv]).long()
         z = skill.unsqueeze(1) + theta[rows, idx] + offset[idx]  # [S, B]
         with torch.no_grad():
             p = torch.sigmoid(z)
