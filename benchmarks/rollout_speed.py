@@ -4,11 +4,21 @@ Same model, same left-padded batch (prompts of different lengths x n samples), s
 (temperature 1, no top-k/top-p), same number of steps: EOS is ignored by our engine
 (ignore_eos=True) and held off in generate() with min_new_tokens = max_new_tokens, so both produce
 exactly batch x max_new_tokens tokens. Runs alternate (ours, generate, ours, ...) so machine noise hits
-both alike; the median is reported. Then one instrumented run of each splits a decoding step into
-model forward vs the rest (sampling + bookkeeping), and a torch.profiler run splits our "rest".
+both alike; min / median / max over the runs are reported, by wall time and by process CPU time (on a
+shared machine the CPU-time figures are the stable ones). The model's shape is printed.
+
+Tried and measured (1 thread, tiny and 5.6 M models, CPU time), not adopted: a preallocated KV cache
+(views into one buffer instead of DynamicCache's growing torch.cat) gave the same CPU time per step,
+and torch.compile of the decode step over transformers' StaticCache took ~110 s to compile and was
+not faster once warm (8.4-9.3 ms/step eager vs 11.1 compiled, tiny model, 64 rows). Per-op overhead
+inside the transformers forward, not the cache, bounds decoding here (see benchmarks/roofline.py).
+
+Then one instrumented run of each splits a decoding step into model forward vs the rest (sampling +
+bookkeeping), and a torch.profiler run splits our "rest".
 
     .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU, 1 thread
-    .venv/bin/python benchmarks/rollout_speed.py --hidden 512 --layers 8 --device cuda --batch-prompts 32
+    .venv/bin/python benchmarks/rollout_speed.py --hidden 256 --layers 8 --heads 8 --kv-heads 4 \
+        --intermediate 640                                            # the 5.6 M model of roofline.py
 """
 
 from __future__ import annotations
@@ -33,11 +43,16 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn: Callable[[], object], device: torch.device) -> float:
+    return timed_both(fn, device)[0]
+
+
+def timed_both(fn: Callable[[], object], device: torch.device) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call."""
     sync(device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
     sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 class ForwardTimer:
@@ -66,6 +81,9 @@ def main() -> None:
     ap.add_argument("--model-dir", default=None, help="local checkpoint; default: build the tiny model")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--intermediate", type=int, default=384)
     ap.add_argument("--batch-prompts", type=int, default=8, help="prompts (cycled from 4 questions)")
     ap.add_argument("--n", type=int, default=8, help="samples per prompt")
     ap.add_argument("--new-tokens", type=int, default=64)
@@ -78,7 +96,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model_dir or build_tiny_model(tmp, hidden_size=args.hidden, num_layers=args.layers)
+        path = args.model_dir or build_tiny_model(
+            tmp, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
+            num_kv_heads=args.kv_heads, intermediate_size=args.intermediate,
+        )  # fmt: skip
         model, tok = load_model(path, dtype=args.dtype, device=args.device)
     device = model.device
     prompts = [tok(QUESTIONS[i % len(QUESTIONS)]).input_ids for i in range(args.batch_prompts)]
@@ -101,25 +122,39 @@ def main() -> None:
         assert out.shape == (n_rows, enc["input_ids"].shape[1] + steps)
 
     runs = {"HFRolloutEngine": ours, "model.generate": hf_generate}
+    cfg = model.config
     print(
-        f"model: {model.config.model_type}, {model.num_parameters() / 1e6:.2f} M params, {args.dtype} on {device}, "
+        f"model: {cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
+        f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} q/kv heads, MLP {cfg.intermediate_size}, vocab "
+        f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params, {args.dtype} on {device}, "
         f"{torch.get_num_threads()} threads | batch {args.batch_prompts} prompts x n={args.n} = {n_rows} rows, "
         f"{steps} new tokens each, prompt width {enc['input_ids'].shape[1]}"
     )
     for fn in runs.values():  # warm-up
         fn()
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(args.repeats):
         for name, fn in runs.items():
-            seconds[name].append(timed(fn, device))
+            seconds[name].append(timed_both(fn, device))
 
-    print(f"\nthroughput (median of {args.repeats} alternating runs):")
-    tps = {}
+    def spread(values: list[float]) -> str:
+        v = sorted(values)
+        return f"{v[0]:7.0f} / {statistics.median(v):7.0f} / {v[-1]:7.0f}"
+
+    tokens = n_rows * steps
+    print(f"\nthroughput, tokens/s, min / median / max of {args.repeats} alternating runs:")
     for name, ts in seconds.items():
-        tps[name] = n_rows * steps / statistics.median(ts)
-        print(f"  {name:16s} {tps[name]:10.0f} tokens/s   {1e3 * statistics.median(ts) / steps:7.2f} ms/step")
-    ratio = tps["HFRolloutEngine"] / tps["model.generate"]
-    print(f"  ratio HFRolloutEngine / generate = {ratio:.2f}x")
+        walls, cpus = [t[0] for t in ts], [t[1] for t in ts]
+        print(
+            f"  {name:16s} by wall {spread([tokens / w for w in walls])}   by CPU {spread([tokens / c for c in cpus])}"
+            f"   ({1e3 * statistics.median(cpus) / steps:6.2f} CPU ms/step)"
+        )
+    for i, clock in enumerate(("wall", "CPU")):
+        ratios = sorted(b[i] / a[i] for a, b in zip(seconds["HFRolloutEngine"], seconds["model.generate"], strict=True))
+        print(
+            f"  ratio HFRolloutEngine / generate by {clock:4s} (per pair) "
+            f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f}"
+        )
 
     print("\nwhere a decoding step goes (one instrumented run each; forward synchronised):")
     for name, fn in runs.items():

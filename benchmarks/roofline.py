@@ -72,11 +72,13 @@ def matmul_peak(threads: int, repeats: int) -> tuple[int, list[float], list[floa
     return best
 
 
-def bandwidth(repeats: int) -> list[float]:
+def bandwidth(repeats: int) -> tuple[list[float], list[float]]:
+    """GB/s (read + write) of a 1-thread 256 MiB copy, by wall and by CPU time."""
+    torch.set_num_threads(1)
     src = torch.randn(64 * 2**20)  # 256 MiB
     dst = torch.empty_like(src)
-    walls, _ = spread(lambda: dst.copy_(src), repeats)
-    return [2 * src.numel() * 4 / w / 1e9 for w in walls]
+    walls, cpus = spread(lambda: dst.copy_(src), repeats)
+    return [2 * src.numel() * 4 / w / 1e9 for w in walls], [2 * src.numel() * 4 / c / 1e9 for c in cpus]
 
 
 def model_flops_per_token(model, context: float) -> float:
@@ -154,15 +156,16 @@ def main() -> None:
     print("figures: min / median / max")
     n1, peak1, cpu1 = matmul_peak(1, args.repeats)
     nall, peak_all, cpu_all = matmul_peak(all_threads, args.repeats)
-    bw = bandwidth(args.repeats)
+    bw, bw_cpu = bandwidth(args.repeats)
     peak = statistics.median(cpu1)
     print(f"  fp32 matmul, 1 thread    GFLOP/s by wall {fmt(peak1)}, by CPU time {fmt(cpu1)}  (n={n1})")
     print(
         f"  fp32 matmul, {all_threads} threads   GFLOP/s by wall {fmt(peak_all)}, by CPU time x threads "
         f"{fmt(cpu_all)}  (n={nall})"
     )
-    print(f"  memory copy              GB/s    {fmt(bw)}  (256 MiB, read + write)")
-    print(f"  ridge point (1 thread)   {peak / statistics.median(bw):.1f} FLOP/byte (by-CPU peak / copy bandwidth)")
+    print(f"  memory copy, 1 thread    GB/s by wall {fmt(bw)}, by CPU time {fmt(bw_cpu)}  (256 MiB, read + write)")
+    ridge = peak / statistics.median(bw_cpu)
+    print(f"  ridge point (1 thread)   {ridge:.1f} FLOP/byte (by-CPU matmul peak / by-CPU copy bandwidth)")
     for name in args.models:
         for row in bench_model(name, MODELS[name], args.repeats, peak):
             print(row)

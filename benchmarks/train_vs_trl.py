@@ -1,12 +1,24 @@
-"""Training throughput of `hadw` vs TRL's GRPOTrainer on the same tiny model, task and batch, one run.
+"""Training throughput of `hadw` vs TRL's GRPOTrainer on the same tiny model, task and batch, side by side.
 
 Both sides: the same tiny Qwen2 model (from one folder), plain prompts "47+38=" of the built-in addition
 task (levels 1–3), G = 8 completions per prompt, 16 prompts per rollout batch, max 6 new tokens,
-temperature 1, exact-match reward, AdamW at the same learning rate, 2 optimiser steps per rollout batch,
-no KL, one pass. Runs alternate (hadw, TRL, hadw, ...) so machine load hits both alike; the time of a
-rollout batch (generation + reward + update) excludes set-up and is reported as a median.
+temperature 1, exact-match reward, AdamW at the same learning rate, no KL, fp32, one pass.
 
-    .venv/bin/python benchmarks/train_vs_trl.py [--repeats 3] [--batches 6] [--threads 1]
+TRL is set up for a CPU, not with its GPU defaults: `bf16=False` (TRL's default True makes accelerate
+autocast to bf16, which this CPU emulates ~100× slower than fp32) and `gradient_checkpointing=False`
+(TRL's default True recomputes activations to save GPU memory); both, with accelerate's mixed_precision
+and the versions, are printed. Two recipes, each timed per rollout batch (generation + reward + update):
+
+  natural     each library's usual recipe: 2 optimiser steps per rollout batch (mini-batches of 8 prompts).
+              hadw takes π_old from the sampler's log-probs; TRL recomputes them with an extra forward pass.
+  equal work  1 optimiser step per rollout batch on both sides, so both do one generation, one
+              forward + backward and no old-log-prob pass (TRL skips it when generation and steps align).
+
+Runs alternate (hadw, TRL, hadw, TRL, ... for each recipe) so machine load hits both alike. Each run's
+time is the median over its timed rollout batches (the first batch is warm-up); the table gives min /
+median / max over runs, wall and process CPU time, and the speed-up of each side-by-side pair.
+
+    .venv/bin/python benchmarks/train_vs_trl.py [--repeats 5] [--batches 5] [--threads 1]
 """
 
 from __future__ import annotations
@@ -31,40 +43,42 @@ from hadw.rollout import build_tiny_model
 from hadw.train.config import load_config
 from hadw.train.trainer import Trainer
 
-PROMPTS, G, NEW_TOKENS, LR, MINI_BATCH_PROMPTS = 16, 8, 6, 2e-4, 8
+PROMPTS, G, NEW_TOKENS, LR = 16, 8, 6, 2e-4
+# recipe -> optimiser steps per rollout batch
+RECIPES = {"natural": 2, "equal work": 1}
 
 
-def run_hadw(model_dir: Path, out: Path, batches: int) -> tuple[float, dict[str, float]]:
+def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
+    """Median (wall, CPU) seconds per rollout batch over `batches` timed batches."""
     overrides = [
         f"model.path={model_dir}", "data.source=task:addition", "data.levels=[1,2,3]", "data.template=plain",
         "data.chat_template=never", "reward.functions=[exact]", "reward.correctness=exact",
         f"rollout.group_size={G}", f"rollout.max_new_tokens={NEW_TOKENS}", f"train.prompts_per_step={PROMPTS}",
-        f"train.mini_batch_prompts={MINI_BATCH_PROMPTS}", f"optim.lr={LR}", "optim.warmup_steps=0",
+        f"train.mini_batch_prompts={PROMPTS // opt_steps}", f"optim.lr={LR}", "optim.warmup_steps=0",
         "optim.weight_decay=0.0", f"train.output_dir={out}", "logging.progress=false", "logging.sample_every=0",
         "hadw.enabled=true",
     ]
     trainer = Trainer(load_config(None, overrides))
     trainer.train_step(0)  # warm-up
-    times, splits = [], []
+    walls, cpus = [], []
     for step in range(1, batches + 1):
-        start = time.perf_counter()
-        metrics = trainer.train_step(step)
-        times.append(time.perf_counter() - start)
-        splits.append({k: metrics[k] for k in ("timing_s/gen", "timing_s/reward", "timing_s/update")})
+        wall, cpu = time.perf_counter(), time.process_time()
+        trainer.train_step(step)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
     trainer.logger.close()
-    split = {k: statistics.median(s[k] for s in splits) for k in splits[0]}
-    return statistics.median(times), split
+    return statistics.median(walls), statistics.median(cpus)
 
 
 class StepTimer(TrainerCallback):
     def __init__(self):
-        self.stamps: list[float] = []
+        self.stamps: list[tuple[float, float]] = []
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.stamps.append(time.perf_counter())
+        self.stamps.append((time.perf_counter(), time.process_time()))
 
 
-def run_trl(model_dir: Path, out: Path, batches: int) -> float:
+def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer: StepTimer | None = None):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -75,24 +89,61 @@ def run_trl(model_dir: Path, out: Path, batches: int) -> float:
         return [exact_item(c, a) for c, a in zip(completions, answer, strict=True)]
 
     args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=PROMPTS * G // 2, steps_per_generation=2,
+        output_dir=str(out), per_device_train_batch_size=PROMPTS * G // opt_steps, steps_per_generation=opt_steps,
         num_generations=G, max_completion_length=NEW_TOKENS, temperature=1.0, learning_rate=LR,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, beta=0.0, num_iterations=1,
-        max_steps=2 * (batches + 1), report_to=[], use_cpu=True, logging_steps=1000, save_strategy="no",
+        max_steps=opt_steps * (batches + 1), report_to=[], use_cpu=True, logging_steps=1000, save_strategy="no",
         seed=0, disable_tqdm=True, shuffle_dataset=False,
+        bf16=False, gradient_checkpointing=False,  # a CPU's best: fp32 matmuls, no activation recomputation
     )
+    callbacks = [timer] if timer is not None else []
+    return GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
+
+
+def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
     timer = StepTimer()
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=[timer])
-    trainer.train()
-    # Two optimiser steps per rollout batch; skip the first batch (warm-up).
-    per_batch = [timer.stamps[i + 2] - timer.stamps[i] for i in range(1, len(timer.stamps) - 2, 2)]
-    return statistics.median(per_batch)
+    trl_trainer(model_dir, out, batches, opt_steps, timer).train()
+    # A rollout batch = generation + opt_steps optimiser steps; the first batch (warm-up) is skipped.
+    k, stamps = opt_steps, timer.stamps
+    starts = range(k - 1, len(stamps) - k, k)
+    spans = [(stamps[i + k][0] - stamps[i][0], stamps[i + k][1] - stamps[i][1]) for i in starts]
+    return statistics.median(s[0] for s in spans), statistics.median(s[1] for s in spans)
+
+
+def fmt(values) -> str:
+    v = sorted(values)
+    return f"{v[0]:6.3f} / {statistics.median(v):6.3f} / {v[-1]:6.3f}"
+
+
+def print_settings(model_dir: Path, threads: int) -> None:
+    import accelerate
+    import transformers
+    import trl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = trl_trainer(model_dir, Path(tmp), 1, 1)
+        a = probe.args
+        print(
+            f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
+            f"accelerate {accelerate.__version__}; {threads} thread(s), {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        print(
+            f"TRL settings: bf16={a.bf16}, fp16={a.fp16}, gradient_checkpointing={a.gradient_checkpointing}, "
+            f"accelerator.mixed_precision={probe.accelerator.mixed_precision}, use_cpu={a.use_cpu}, "
+            f"model dtype={probe.model.dtype}, beta={a.beta}, num_iterations={a.num_iterations}, "
+            f"loss_type={a.loss_type}"
+        )
+    print(
+        f"setup: {PROMPTS} prompts x G={G}, {NEW_TOKENS} new tokens, fp32; hadw = GRPO + HA-DW (train.* as above), "
+        "TRL = GRPO"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=6, help="timed rollout batches per run")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating runs per side and recipe")
+    parser.add_argument("--batches", type=int, default=5, help="timed rollout batches per run")
     parser.add_argument("--threads", type=int, default=1)
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
@@ -101,21 +152,28 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(Path(tmp) / "model")
-        rows = []
+        print_settings(model_dir, opts.threads)
+        results: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {r: [] for r in RECIPES}
         for r in range(opts.repeats):
-            ours, split = run_hadw(model_dir, Path(tmp) / f"hadw{r}", opts.batches)
-            trl = run_trl(model_dir, Path(tmp) / f"trl{r}", opts.batches)
-            rows.append((ours, trl, split))
-            print(f"repeat {r}: s per rollout batch  hadw {ours:.3f}  TRL {trl:.3f}  speed-up {trl / ours:.2f}x")
-    ours = statistics.median(r[0] for r in rows)
-    trl = statistics.median(r[1] for r in rows)
-    split = {k: statistics.median(r[2][k] for r in rows) for k in rows[0][2]}
-    print(f"\nsetup: {PROMPTS} prompts x G={G}, {NEW_TOKENS} new tokens, 2 optimiser steps per batch, "
-          f"{opts.threads} thread(s), {opts.repeats} repeats x {opts.batches} batches")
-    print(f"hadw train (GRPO+HA-DW)   {ours:.3f} s per rollout batch  ({1 / ours:.2f} steps/s)")
-    print(f"TRL GRPOTrainer (GRPO)    {trl:.3f} s per rollout batch  ({1 / trl:.2f} steps/s)")
-    print(f"throughput ratio hadw/TRL {trl / ours:.2f}x  (target >= 1.5)")
-    print("hadw step split (median s): " + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in split.items()))
+            for recipe, steps in RECIPES.items():
+                ours = run_hadw(model_dir, Path(tmp) / f"hadw{r}{steps}", opts.batches, steps)
+                theirs = run_trl(model_dir, Path(tmp) / f"trl{r}{steps}", opts.batches, steps)
+                results[recipe].append((ours, theirs))
+                print(
+                    f"run {r} {recipe:10s}: s per rollout batch (wall/CPU)  hadw {ours[0]:.3f}/{ours[1]:.3f}  "
+                    f"TRL {theirs[0]:.3f}/{theirs[1]:.3f}  speed-up {theirs[0] / ours[0]:.2f}x",
+                    flush=True,
+                )
+
+    print(f"\ns per rollout batch, min / median / max over {opts.repeats} alternating runs of {opts.batches} batches")
+    for recipe, pairs in results.items():
+        print(f"{recipe} ({RECIPES[recipe]} optimiser step(s) per rollout batch):")
+        print(f"  hadw train  wall {fmt(p[0][0] for p in pairs)}   CPU {fmt(p[0][1] for p in pairs)}")
+        print(f"  TRL GRPO    wall {fmt(p[1][0] for p in pairs)}   CPU {fmt(p[1][1] for p in pairs)}")
+        print(
+            f"  speed-up hadw/TRL  by wall {fmt(p[1][0] / p[0][0] for p in pairs)}   "
+            f"by CPU {fmt(p[1][1] / p[0][1] for p in pairs)}"
+        )
 
 
 if __name__ == "__main__":

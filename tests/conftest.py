@@ -1,4 +1,5 @@
-"""Shared test setup: everything offline, and a path to the benchmark files in ../shared/data."""
+"""Shared test setup: everything offline, and the curated benchmark files ($HADW_SHARED_DATA, which
+scripts/offline_env.sh sets when the development machine has them)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # process competes for the 2 cores.
 torch.set_num_threads(1)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def shared_data_dir() -> Path | None:
-    """The benchmark data folder: $HADW_SHARED_DATA, else ../shared/data beside the clone."""
-    candidate = Path(os.environ.get("HADW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-    return candidate if candidate.is_dir() else None
+    """The benchmark data folder: $HADW_SHARED_DATA when it names a folder, else None (tests skip)."""
+    env = os.environ.get("HADW_SHARED_DATA")
+    return Path(env) if env and Path(env).is_dir() else None
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def shared_data() -> Path:
     path = shared_data_dir()
     if path is None:
         pytest.skip(
-            "benchmark data not found: set HADW_SHARED_DATA or place ../shared/data beside the clone "
+            "benchmark data not found: set HADW_SHARED_DATA to a folder of the curated benchmark files "
             "(CI has it; a user's clone does not)"
         )
     return path

@@ -227,25 +227,20 @@ def test_full_disk_and_permission_denied_are_one_line(files, tmp_path, monkeypat
     _assert_one_line_error(result, needle, "final_model")
 
 
-def _cli(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    environ = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")} | env
-    return subprocess.run([sys.executable, "-m", "hadw.cli", *args], capture_output=True, text=True, env=environ,
-                          timeout=120)
-
-
-def test_the_real_command_exits_2_with_one_line_and_no_traceback(files):
-    result = _cli(["train", str(files["bad_syntax.yaml"])])
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert [line for line in result.stderr.splitlines() if line.strip()] == [
-        line for line in result.stderr.splitlines() if "bad_syntax.yaml:" in line
-    ]
-
-
-def test_hadw_debug_brings_the_traceback_back(files):
-    result = _cli(["train", "optim.lr=0"], HADW_DEBUG="1")
-    assert result.returncode != 0
-    assert "Traceback" in result.stderr and "ConfigError" in result.stderr
+def test_the_real_command_exits_2_with_one_line_and_hadw_debug_brings_the_traceback_back(files):
+    environ = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
+    command = [sys.executable, "-m", "hadw.cli", "train"]
+    plain = subprocess.Popen([*command, str(files["bad_syntax.yaml"])], env=environ, stderr=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    debug = subprocess.Popen([*command, "optim.lr=0"], env=environ | {"HADW_DEBUG": "1"}, stderr=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # both at once: start-up dominates
+    _, err = plain.communicate(timeout=180)
+    assert plain.returncode == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "bad_syntax.yaml:" in lines[0], err
+    _, err = debug.communicate(timeout=180)
+    assert debug.returncode != 0
+    assert "Traceback" in err and "ConfigError" in err
 
 
 def test_a_bom_is_accepted_in_yaml_and_jsonl(files, tmp_path):
@@ -258,4 +253,15 @@ def test_a_bom_is_accepted_in_yaml_and_jsonl(files, tmp_path):
 
 
 def test_the_table_has_at_least_sixty_cases():
-    assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 9 >= 60
+    assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 12 >= 60
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [(["eval", "{dir}/no_model", "--data", "task:addition"], ["MODEL", "no_model"]),
+     (["eval", "{model}", "--data", "{dir}/missing.jsonl"], ["--data", "missing.jsonl"]),
+     (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"])],
+    ids=["eval_model_missing", "eval_data_missing", "eval_data_not_utf8"],
+)
+def test_eval_path_errors_are_one_line_exit_2(files, args, needles):
+    _assert_one_line_error(_run(_fill(args, files)), *needles)

@@ -1,3 +1,4 @@
+import pytest
 from typer.testing import CliRunner
 
 from hadw import __version__
@@ -65,3 +66,23 @@ def test_one_typer_style_annotated():
             if isinstance(param.default, typer.models.ParameterInfo):
                 old_style.append(f"{callback.__module__}.{callback.__name__}({name})")
     assert len(callbacks) >= 12 and old_style == []
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["eval", "m", "--data", "task:addition", "-k", "abc"], "'--num-samples'"),
+        (["eval"], "Missing argument 'model'"),
+        (["train", "--nonsense"], "No such option: --nonsense"),
+        (["bias", "table", "-p", "1.5"], "--success-rate values must lie in [0, 1]"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    """Bad command lines (typer/click usage errors) are one line naming the option, exit 2, no box."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "hadw.cli", *args], capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert needle in lines[0] and "--help" in lines[0] and "╭" not in result.stderr

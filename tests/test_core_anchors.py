@@ -16,7 +16,7 @@ ACCURACIES = [0.2, 0.4, 0.6, 0.8]
         ("fixed", {"value": 0.4}, [0.4, 0.4, 0.4, 0.4], 0.4),
         # warm-up (m=2): running mean 0.2, 0.3; then η_t = σ of the last 2 beliefs:
         # σ(0.2, 0.3) = 0.05 -> 0.3 + 0.05·0.3 = 0.315; σ(0.3, 0.315) = 0.0075 -> 0.315 + 0.0075·0.485
-        ("kalman", {"eta": 1.0, "m": 2}, [0.2, 0.2, 0.3, 0.315], 0.3186375),
+        ("kalman", {"eta": 1.0, "m": 2, "eta_min": 0.0}, [0.2, 0.2, 0.3, 0.315], 0.3186375),
     ],
 )
 def test_anchor_trajectories_on_hand_made_sequence(kind, options, used, prior_after):

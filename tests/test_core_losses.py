@@ -127,3 +127,20 @@ def test_policy_loss_metrics_of_an_all_masked_batch_are_neutral():
     _, metrics = policy_loss(NEW, OLD, ADV, torch.zeros(2, 2, dtype=torch.long), LOSS_PRESETS["grpo"])
     assert [metrics[f"actor/ratio_{s}"].item() for s in ("mean", "min", "max")] == [1.0, 1.0, 1.0]
     assert metrics["actor/pg_clipfrac"].item() == 0.0
+
+
+def test_dr_grpo_normaliser_is_a_constant_not_the_batch_longest():
+    """Issue 14: Dr. GRPO divides by a constant L (algorithm.norm_length, default rollout.max_new_tokens), so
+    the same responses give the same loss whether or not the batch also holds a longer one (extra padding)."""
+    from hadw.train.config import load_config
+
+    spec = load_config(None, ["algorithm.aggregation=seq-mean-token-sum-norm", "rollout.max_new_tokens=12"])
+    spec = spec.algorithm.loss_spec(12)
+    assert spec.norm_length == 12
+    loss = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    wide_loss, wide_mask = torch.nn.functional.pad(loss, (0, 5)), torch.nn.functional.pad(mask, (0, 5))
+    short = aggregate(loss, mask, "seq-mean-token-sum-norm", spec.norm_length)
+    assert short == aggregate(wide_loss, wide_mask, "seq-mean-token-sum-norm", spec.norm_length)
+    assert short.item() == pytest.approx((3 / 12 + 3 / 12) / 2)
+    assert load_config(None, ["algorithm.norm_length=7"]).algorithm.loss_spec(12).norm_length == 7

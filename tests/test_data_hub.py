@@ -51,3 +51,17 @@ def test_hub_id_loads_the_snapshot_and_passes_trust_remote_code(tiny_dir, monkey
     seen.clear()
     load_model("me/tiny", device="cpu", trust_remote_code=True)
     assert seen == [(tiny_dir, True), (tiny_dir, True)]
+
+
+def test_train_with_an_uncached_hub_model_offline_exits_2_with_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    args = ["train", "model.path=no-such-org/model-xyz", "train.steps=1", f"train.output_dir={tmp_path / 'run'}"]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("model error: load_model: no-such-org/model-xyz: no such folder")
+    assert "HF_HUB_OFFLINE=1" in lines[0]

@@ -98,10 +98,10 @@ def test_default_data_folders_never_depend_on_the_current_directory(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HADW_SHARED_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    folders = default_data_dirs()
-    assert folders[-1] == (tmp_path / "cache" / "hadw" / "data").resolve()
-    assert not any(tmp_path in f.parents or f == tmp_path for f in folders[:-1])
-    # Run from another folder, benchmark:math500 is still found beside the checkout.
+    assert default_data_dirs() == [(tmp_path / "cache" / "hadw" / "data").resolve()]  # nothing from the cwd
+    # Run from another folder, benchmark:math500 is found through $HADW_SHARED_DATA (no ../shared/data lookup).
+    monkeypatch.setenv("HADW_SHARED_DATA", str(shared_data))
+    assert default_data_dirs()[0] == shared_data.resolve()
     assert len(load_source("benchmark:math500", limit=3).problems) == 3
 
 

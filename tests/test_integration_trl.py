@@ -43,8 +43,11 @@ def brevity(completions, **kwargs) -> list[float]:
     return [-0.05 * len(c) for c in completions]
 
 
-def dataset(n: int = 16) -> Dataset:
-    return Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(n)]})
+def dataset(n: int = 16, levels: bool = False) -> Dataset:
+    columns = {"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(n)]}
+    if levels:  # a difficulty column, as MATH has (per_level anchors read it)
+        columns["level"] = [1 + i % 3 for i in range(n)]
+    return Dataset.from_dict(columns)
 
 
 class Recorder:
@@ -61,6 +64,7 @@ class Recorder:
         output = super()._generate_and_score_completions(inputs)
         if self.model.training:
             self.rec_advantages.append(output["advantages"].clone())
+            self.rec_levels.append([row.get("level") for row in inputs])
         return output
 
     def _compute_loss(self, model, inputs):
@@ -77,7 +81,9 @@ class RecHADW(Recorder, HADWGRPOTrainer):
     pass
 
 
-def make_trainer(cls, model_dir: Path, out: Path, config_cls=HADWGRPOConfig, train_n: int = 16, **overrides):
+def make_trainer(
+    cls, model_dir: Path, out: Path, config_cls=HADWGRPOConfig, train_n: int = 16, levels: bool = False, **overrides
+):
     options = dict(
         output_dir=str(out),
         per_device_train_batch_size=8,
@@ -97,10 +103,10 @@ def make_trainer(cls, model_dir: Path, out: Path, config_cls=HADWGRPOConfig, tra
         model=str(model_dir),
         reward_funcs=[correct, brevity],
         args=config_cls(**options),
-        train_dataset=dataset(train_n),
+        train_dataset=dataset(train_n, levels),
         eval_dataset=dataset(8) if options.get("eval_strategy", "no") != "no" else None,
     )
-    trainer.rec_rewards, trainer.rec_advantages, trainer.rec_trained = [], [], []
+    trainer.rec_rewards, trainer.rec_advantages, trainer.rec_trained, trainer.rec_levels = [], [], [], []
     return trainer
 
 
@@ -146,17 +152,17 @@ def test_disabled_equals_plain_grpo_trainer(tiny_model, tmp_path):
     assert [e["hadw/batch_accuracy"] for e in off.state.log_history if "loss" in e] == pytest.approx(accuracies)
 
 
-def reference_advantages(rewards_per_func: list[torch.Tensor], anchor, lam: float, scale: bool):
+def reference_advantages(rewards_per_func: list[torch.Tensor], anchor, lam: float, scale: bool, keys=None):
     """Â·Φ and Φ from hadw.core alone, replaying the anchor over the recorded generation batches."""
     out = []
-    for rewards in rewards_per_func:
+    for b, rewards in enumerate(rewards_per_func):
         total = rewards.nansum(dim=1)  # reward_weights are all 1
         ids = torch.arange(total.numel()) // G
         if scale:
             adv = compute_advantages(total, ids, std="sample", std_floor=0.0, eps=TRL_EPS).advantages
         else:
             adv = compute_advantages(total, ids, estimator="drgrpo").advantages
-        out.append(apply_hadw(adv, (rewards[:, 0] > 0.5).float(), ids, anchor, lam))
+        out.append(apply_hadw(adv, (rewards[:, 0] > 0.5).float(), ids, anchor, lam, keys=keys and keys[b]))
     return [r.advantages for r in out], [r.weights[r.advantages != 0] for r in out]
 
 
@@ -201,6 +207,24 @@ def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, lev
     assert all("hadw/anchor" in e and "hadw/phi_mean" in e for e in logged)
 
 
+def test_per_level_anchor_reads_the_level_column(tiny_model, tmp_path):
+    """per_level in TRL: each completion's level comes from the dataset's `level` column; the advantages
+    equal hadw.core replayed with those keys, and the anchor holds one history per level seen."""
+    trainer = make_trainer(RecHADW, tiny_model, tmp_path, levels=True, hadw_anchor="per_level", max_steps=3)
+    trainer.train()
+    ref_anchor = make_anchor("per_level", **trainer.args.hadw_anchor_options())
+    expected, _ = reference_advantages(trainer.rec_rewards, ref_anchor, 1.3, scale=True, keys=trainer.rec_levels)
+    for got, want in zip(trainer.rec_advantages, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    state = trainer.hadw_anchor.state_dict()
+    assert state == ref_anchor.state_dict()
+    assert sorted(state["per_key"]) == sorted({str(k) for keys in trainer.rec_levels for k in keys})
+    # without the column: one clear line naming it
+    missing = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "m", hadw_anchor="per_source", max_steps=1)
+    with pytest.raises(ValueError, match="needs a 'source' column in the training dataset"):
+        missing.train()
+
+
 def test_anchor_observes_once_per_generation_batch(tiny_model, tmp_path):
     # 2 optimiser steps share one generation batch of 8 completions: one observation, one Φ for both
     trainer = make_trainer(RecHADW, tiny_model, tmp_path, per_device_train_batch_size=4, steps_per_generation=2)
@@ -238,7 +262,7 @@ def test_config_validation_and_reward_resolution(tmp_path):
     with pytest.raises(ValueError, match="kalman anchor needs"):
         HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_m=1)
     kalman = HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_eta=0.5, hadw_anchor_m=4)
-    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.0}
+    assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.2}
     assert HADWGRPOConfig(**common, hadw_anchor="fixed", hadw_anchor_value=0.4).hadw_anchor_options() == {
         "value": 0.4
     }
@@ -295,3 +319,16 @@ if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
     _ddp_worker(sys.argv[1], sys.argv[2])
+
+
+def test_anchor_state_is_in_the_checkpoint_before_it_is_pushed(tiny_model, tmp_path, monkeypatch):
+    """Issue 14: transformers pushes a checkpoint to the Hub inside _save_checkpoint; the anchor file must
+    already be in the folder then (it was written after the push before)."""
+    seen = []
+    record = lambda self, folder: seen.append((Path(folder) / ANCHOR_STATE_NAME).is_file())
+    monkeypatch.setattr(GRPOTrainer, "_push_from_checkpoint", record)
+    trainer = make_trainer(HADWGRPOTrainer, tiny_model, tmp_path / "run", max_steps=2, save_strategy="steps",
+                           save_steps=2)  # fmt: skip
+    trainer.args.push_to_hub = True  # no network: the push itself is replaced above
+    trainer.train()
+    assert seen == [True]

@@ -39,10 +39,19 @@ REGISTERED_BY_VERL_ITSELF = "grpo_hadw" in core_algos.ADV_ESTIMATOR_REGISTRY
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from hadw.core import apply_hadw, compute_advantages, make_anchor  # noqa: E402
+from hadw.core import (  # noqa: E402
+    HADWOptions,
+    apply_hadw,
+    compute_advantages,
+    make_anchor,
+)
 from hadw.integrations.verl import check_registered  # noqa: E402
 from hadw.integrations.verl.checkpoint import ANCHOR_STATE_NAME, HADWCheckpointCallback  # noqa: E402
-from hadw.integrations.verl.estimator import STORE, HADWOptions, compute_grpo_hadw_outcome_advantage  # noqa: E402
+from hadw.integrations.verl.estimator import (  # noqa: E402
+    STORE,
+    VerlHADWConfig,
+    compute_grpo_hadw_outcome_advantage,
+)
 
 G = 8
 VERL_EPS = 1e-6  # verl's GRPO default epsilon
@@ -160,10 +169,15 @@ def test_enabled_equals_hadw_core(anchor, options, tmp_path):
 
 def test_options_are_validated():
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['lambda'\]"):
-        HADWOptions.from_config(algorithm(**{"lambda": 1.3}))
-    with pytest.raises(ValueError, match="anchor='mean'"):
-        HADWOptions.from_config(algorithm(anchor="mean"))
-    assert HADWOptions.from_config(OmegaConf.create({})) == HADWOptions()  # no algorithm.hadw: defaults
+        VerlHADWConfig.from_config(algorithm(**{"lambda": 1.3}))
+    with pytest.raises(ValueError, match="algorithm.hadw: HA-DW anchor 'mean' is not allowed"):
+        VerlHADWConfig.from_config(algorithm(anchor="mean"))
+    with pytest.raises(ValueError, match=r"window anchor: unknown option\(s\) \['kk'\]"):
+        VerlHADWConfig.from_config(algorithm(anchor_options={"kk": 3}))
+    assert VerlHADWConfig.from_config(OmegaConf.create({})) == VerlHADWConfig()  # no algorithm.hadw: defaults
+    for keyed in ("per_level", "per_source", "per_prompt"):  # verl gives estimators no level/source/stable id
+        with pytest.raises(ValueError, match=f"anchor={keyed} is not available in verl"):
+            VerlHADWConfig.from_config(algorithm(anchor=keyed))
 
 
 def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):
@@ -228,6 +242,43 @@ def test_example_launch_scripts_use_keys_verl_knows(algo):
             node = OmegaConf.select(schema, parent, default=None) if parent else schema
             assert node is not None and leaf in list(node.keys()), f"{script.name}: verl has no key {key}"
     config = OmegaConf.from_dotlist([f"{k}={v}" for k, v in added.items()])
-    options = HADWOptions.from_config(config.algorithm)
+    options = VerlHADWConfig.from_config(config.algorithm).options()
     assert (options.lam, options.anchor, options.anchor_options) == (1.3, "window", {"k": 10})
     assert dict(line.split("=", 1) for line in overrides)["algorithm.adv_estimator"] == "grpo_hadw"
+
+
+def test_a_changed_anchor_setting_on_resume_warns_loudly_and_uses_the_configured_one(caplog):
+    saved = make_anchor("window", k=10)
+    saved.observe(0.25)
+    STORE.load_state_dict(saved.state_dict())  # what the checkpoint callback restores on resume
+    anchor = STORE.get(HADWOptions(anchor="window", anchor_options={"k": 3}))
+    assert anchor.k == 3 and anchor.history == []  # the saved k=10 did not silently win
+    assert "THE ANCHOR STARTS EMPTY" in caplog.text
+    caplog.clear()
+    STORE.get(HADWOptions(anchor="ema", anchor_options={"alpha": 0.5}))  # changed mid-run
+    assert "THE ANCHOR STARTS EMPTY" in caplog.text
+    STORE.reset()
+    STORE.load_state_dict(saved.state_dict())
+    assert STORE.get(HADWOptions(anchor="window", anchor_options={"k": 10})).history == [0.25]
+
+
+def test_multi_output_sessions_are_refused():
+    """verl's v1 trainer runs built-in GRPO on each agent session's final output; grpo_hadw sees no session
+    keys, so unequal group sizes (a multi-output session) are refused instead of mis-counted."""
+    rewards, mask = torch.zeros(5, 3), torch.ones(5, 3)
+    rewards[0, -1] = 1.0
+    with pytest.raises(ValueError, match=r"groups of unequal size \(2\.\.3 rows per uid\)"):
+        call_like_verl(algorithm(), rewards, mask, np.array(["a", "a", "a", "b", "b"], dtype=object))
+    STORE.reset()
+
+
+def test_filter_groups_warns_once(caplog):
+    config = algorithm()
+    config.filter_groups = {"enable": True}
+    rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
+    rewards[0, -1] = 1.0
+    uids = np.array(["a", "a", "b", "b"], dtype=object)
+    call_like_verl(config, rewards, mask, uids)
+    call_like_verl(config, rewards, mask, uids)
+    assert caplog.text.count("filter_groups.enable=True drops degenerate groups") == 1
+    STORE.reset()

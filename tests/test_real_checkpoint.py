@@ -124,17 +124,36 @@ def test_eval_with_samples_uses_the_chat_template(checkpoint, math_jsonl, tmp_pa
     assert "with an extracted answer" in result.output
 
 
-def test_two_training_steps_from_a_jsonl_file(checkpoint, math_jsonl, tmp_path):
+REWARD_CALLS: list[dict] = []
+
+
+def mentions_solution(prompts, completions, solution, **kwargs):
+    """A user's reward with TRL's signature, reading the dataset's own `solution` column."""
+    REWARD_CALLS.append({"prompts": prompts, "solution": solution})
+    return [float(str(s) in c) for c, s in zip(completions, solution, strict=True)]
+
+
+def test_two_training_steps_with_user_fields_and_an_import_path_reward(checkpoint, tmp_path):
+    rows = [{"query": q, "solution": a, "meta": {"difficulty": lv}} for q, a, lv in PROBLEMS]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    reward = f"{__name__}:mentions_solution"
     cfg = load_config(None, [
-        f"model.path={checkpoint}", "model.device=cpu", f"data.source={math_jsonl}", "data.template=paper",
-        f"data.eval_source={math_jsonl}", "data.eval_size=2", "reward.functions=[math]", "reward.correctness=math",
+        f"model.path={checkpoint}", "model.device=cpu", f"data.source={data}", "data.fields.prompt=query",
+        "data.fields.answer=solution", "data.fields.level=meta.difficulty", "data.template=paper",
+        "data.eval_size=2", f"reward.functions=[{reward}]", f"reward.correctness={reward}",
         "rollout.group_size=2", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.mini_batch_prompts=1",
         "train.steps=2", f"train.output_dir={tmp_path / 'run'}", "logging.progress=false", "optim.lr=1e-4",
     ])  # fmt: skip
+    REWARD_CALLS.clear()
     result = Trainer(cfg).train()
     steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "critic/rewards/mean" in r]
-    assert [r["step"] for r in steps] == [1, 2] and result.final_eval["all"]["count"] == 2
+    assert [r["step"] for r in steps] == [1, 2] and result.steps == 2
     assert all(r["perf/cpu_peak_rss_gb"] > 0 for r in steps)
+    # the reward saw the user's prompts (in the paper's template) and the user's own column
+    train_calls = [c for c in REWARD_CALLS if len(c["prompts"]) == 4][:2]
+    assert len(train_calls) == 2 and all("\\boxed{}" in p for p in train_calls[0]["prompts"])
+    assert set(train_calls[0]["solution"]) <= {a for _, a, _ in PROBLEMS}
     assert (tmp_path / "run" / "final_model" / "tokenizer.json").is_file()
 
 

@@ -176,7 +176,7 @@ def test_score_weights_and_correctness_designation():
 
 
 def test_score_rejects_bad_configuration():
-    with pytest.raises(ValueError, match=r"unknown reward 'maths'; allowed: math, exact, format"):
+    with pytest.raises(ValueError, match=r"unknown reward 'maths'; allowed: exact, format, math, math_any"):
         score(["a"], ["a"], correctness="maths")
     with pytest.raises(ValueError, match="duplicate reward names"):
         score(["a"], ["a"], [RewardSpec("format"), RewardSpec("format")])

@@ -332,15 +332,24 @@ def test_a_huge_row_is_skipped_and_counted(tiny_path, tmp_path, capfd):
     assert all(len(p.question) < 100 for p in trainer.source.problems + trainer.source.eval_problems())
     assert "skipped 1 rows" in capfd.readouterr().err
     trainer.train()
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps and all(r["data/skipped_prompts"] == 1 for r in steps)  # counted in the metrics too
 
 
 def test_eval_size_zero_and_tiny_files_train_to_the_end(tiny_path, tmp_path):
-    result = _trainer(tiny_path, tmp_path / "a", "data.eval_size=0").train()
-    assert result.final_eval == {}
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    app, runner = build_app(), CliRunner()
+    result = runner.invoke(app, ["train", *_overrides(tiny_path, tmp_path / "a", "data.eval_size=0")])
+    assert result.exit_code == 0, result.output
+    assert "no evaluation prompts" in result.output
     data = tmp_path / "two.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n')
-    result = _trainer(tiny_path, tmp_path / "b", f"data.source={data}", "data.eval_size=50").train()
-    assert result.final_eval == {}  # 2 rows: none held out
+    args = _overrides(tiny_path, tmp_path / "b", f"data.source={data}", "data.eval_size=50")
+    result = runner.invoke(app, ["train", *args])
+    assert result.exit_code == 0, result.output  # 2 rows: none can be held out, training still runs
     assert (tmp_path / "b" / "final_model" / "config.json").is_file()
 
 

@@ -109,3 +109,27 @@ def test_cli_writes_plot_and_json_and_rejects_bad_input(tmp_path):
     assert bad.exit_code == 2 and "unknown anchor" in bad.output
     bad = runner.invoke(build_app(), ["sim", "--level-prompts", "10,10", "--offsets", "0", "--steps", "1"])
     assert bad.exit_code == 2 and "one entry per level" in bad.output
+
+
+def test_keyed_anchors_per_level_and_per_prompt():
+    from hadw.core import make_anchor
+    from hadw.sim.engine import observe_anchors
+
+    res = simulate(_small(arms=["hadw"], anchor="per_level", steps=12, eval_every=6))
+    assert res.anchors["hadw"].shape == (3, 3) and np.all((res.anchors["hadw"] > 0) & (res.anchors["hadw"] < 1))
+    rewards = torch.tensor([[[1.0, 1, 1, 0], [0, 0, 0, 1]]], dtype=torch.float64)  # S=1, B=2, G=4
+    levels, ids = torch.tensor([[0, 1]]), torch.tensor([[5, 9]])
+    # per_level: a level without history uses the batch anchor; afterwards its own (window) history
+    anchor = make_anchor("per_level")
+    c, p_phi = observe_anchors([anchor], rewards, levels, ids)
+    assert p_phi is None and torch.allclose(c, torch.full((1, 2, 4), 0.5, dtype=torch.float64))
+    c, _ = observe_anchors([anchor], rewards, levels, ids)
+    assert torch.allclose(c[0, 0], torch.full((4,), 0.75, dtype=torch.float64))
+    assert torch.allclose(c[0, 1], torch.full((4,), 0.25, dtype=torch.float64))
+    # per_prompt: Φ compares the prompt's pooled success rate over its visits (not p̂) with the batch anchor
+    anchor = make_anchor("per_prompt", visits=4)
+    observe_anchors([anchor], rewards, levels, ids)
+    c, p_phi = observe_anchors([anchor], torch.zeros(1, 2, 4, dtype=torch.float64), levels, ids)
+    assert torch.allclose(p_phi[0, 0], torch.full((4,), 3 / 8, dtype=torch.float64))
+    assert torch.allclose(p_phi[0, 1], torch.full((4,), 1 / 8, dtype=torch.float64))
+    assert c.shape == (1,) and abs(float(c[0]) - 0.25) < 1e-9  # window of the two batch accuracies 0.5, 0

@@ -117,3 +117,11 @@ def test_every_option_is_documented(app):
             if isinstance(param, click.Option) and param.name != "help":
                 assert param.help, f"{name} {param.opts}"
                 assert param.opts[0] in help_text, f"{name} {param.opts}"
+
+
+def test_table6_uses_the_underestimation_event_for_every_G(app):
+    """Issue 14: the paper's Table 6 averages P(under | S) over p in (0, 2/G), even for G = 2, 3 where 2/G > 1/2
+    (the 'auto' direction once switched to over-estimation past 1/2 and gave 1.0 and 0.708)."""
+    data = _run_json(app, ["average", "-G", "2-3,6", "-i", "0:2/G"])
+    assert {r["G"]: round(r["average"], 4) for r in data["rows"]} == {2: 0.5, 3: 0.75, 6: 0.7812}
+    assert all(r["direction"] == "under" for r in data["rows"])

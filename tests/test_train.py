@@ -214,3 +214,37 @@ def test_micro_batches_accumulate_to_the_unsplit_update(tiny_path, tmp_path, pre
     assert m_split["actor/pg_loss"] == pytest.approx(m_whole["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # Adam's first step is scale-free, so also check the accumulated gradient itself (its pre-clip norm)
     assert m_split["actor/grad_norm"] == pytest.approx(m_whole["actor/grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["per_level", "per_prompt"])
+def test_keyed_anchors_see_each_response_key_and_checkpoint(tiny_path, tmp_path, kind):
+    """The trainer passes each response's level / prompt uid to the anchor: one history per level seen,
+    one count list per prompt seen, each with one visit per step it was sampled in."""
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "hadw.enabled=true", f"hadw.anchor={kind}"))
+    trainer = Trainer(cfg)
+    seen: list = []
+    original = trainer.source.batch
+    trainer.source.batch = lambda *a, **k: seen.extend(original(*a, **k)) or seen[-cfg.train.prompts_per_step :]
+    trainer.train()
+    state = trainer.anchor.state_dict()
+    assert len(state["batch"]["history"]) == 3
+    if kind == "per_level":
+        assert sorted(state["per_key"]) == sorted({str(p.level) for p in seen})
+        assert all(len(a["history"]) >= 1 for a in state["per_key"].values())
+    else:
+        assert {k for k, _ in state["counts"]} == {p.uid for p in seen}
+        assert all(total == cfg.rollout.group_size for _, visits in state["counts"] for _, total in visits)
+
+
+def test_keyed_anchor_refuses_prompts_without_the_column():
+    from hadw.core import make_anchor
+    from hadw.data import Problem
+    from hadw.errors import UserError
+    from hadw.train.trainer import anchor_keys
+
+    rows = [Problem("1+1", "2", None, "file.jsonl", "file.jsonl:0")]
+    assert anchor_keys(make_anchor("window"), rows) is None
+    assert anchor_keys(make_anchor("per_source"), rows) == ["file.jsonl"]
+    assert anchor_keys(make_anchor("per_prompt"), rows) == ["file.jsonl:0"]
+    with pytest.raises(UserError, match="hadw.anchor=per_level needs a level for every prompt"):
+        anchor_keys(make_anchor("per_level"), rows)

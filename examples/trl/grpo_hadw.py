@@ -21,7 +21,7 @@ from hadw.data import fill_template, load_problems, make_fields
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
 from hadw.rewards import REWARDS, trl_reward
 
-# Paper Table 8 clip settings per base objective (method.md §3.3); no KL (beta=0) for all three.
+# Paper Table 8 clip settings per base objective (docs/method.md §3.3); no KL (beta=0) for all three.
 PRESETS = {
     "grpo": dict(loss_type="grpo", epsilon=0.2),
     "gspo": dict(loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4),

@@ -1,4 +1,4 @@
-"""The paper's MATH recipe (method.md §3.3, Table 8) with TRL: GRPO + HA-DW, vLLM rollouts colocated with training.
+"""The paper's MATH recipe (docs/method.md §3.3, Table 8) with TRL: GRPO + HA-DW, vLLM rollouts colocated with training.
 
 This is the path for vLLM-speed generation on one or many GPUs: TRL runs vLLM inside each training process
 (`use_vllm=True, vllm_mode="colocate"`) and syncs the weights into it after every optimiser step; hadw only

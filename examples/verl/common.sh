@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared settings of the paper's verl runs (method.md §3.3, paper Table 8), sourced by run_*_hadw.sh.
+# Shared settings of the paper's verl runs (docs/method.md §3.3, paper Table 8), sourced by run_*_hadw.sh.
 # 8 GPUs, Qwen3-4B-Base, MATH (7.5k train). Override anything with env vars or extra Hydra args ("$@").
 set -euo pipefail
 

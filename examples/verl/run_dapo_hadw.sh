@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DAPO + HA-DW (paper Table 8): decoupled clip 0.2 / 0.28, token mean over the batch, 9 epochs.
 # Like the paper, dynamic sampling is off: with algorithm.filter_groups.enable=True verl drops degenerate
-# groups BEFORE the estimator, so the anchor would see the filtered batch, not all responses (method.md §3.1).
+# groups BEFORE the estimator, so the anchor would see the filtered batch, not all responses (docs/method.md §3.1).
 # Overlong reward shaping is left off so the 0/1 MATH reward stays the correctness signal; if you add a
 # shaped reward, keep correct_threshold such that "score > threshold" still means "correct".
 EXP_NAME=${EXP_NAME:-qwen3-4b-dapo-hadw}

@@ -93,15 +93,37 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def _usage_error_line(err: typer.TyperException) -> str | None:
+    """One line for a command-line usage error (a bad option value, a missing argument), or None when err is
+    not one (e.g. `hadw` alone, which shows the help)."""
+    if type(err).__name__ == "NoArgsIsHelpError" or not hasattr(err, "format_message"):
+        return None
+    ctx = getattr(err, "ctx", None)
+    command = ctx.command_path if ctx is not None else "hadw"
+    return f"error: {command}: {' '.join(err.format_message().split())} (see {command} --help)"
+
+
 def main() -> None:
+    debug = os.environ.get("HADW_DEBUG") == "1"
     try:
-        build_app()()
+        code = build_app()(standalone_mode=False)
+    except typer.TyperException as err:  # the command line itself is wrong: one line, exit 2
+        line = _usage_error_line(err)
+        if line is None or debug:
+            err.show()
+            sys.exit(getattr(err, "exit_code", 2))
+        print(line, file=sys.stderr)
+        sys.exit(getattr(err, "exit_code", 2))
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(1)
     except Exception as err:  # raised outside a command (or with HADW_DEBUG=1)
         line = user_error_line(err)
-        if line is None or os.environ.get("HADW_DEBUG") == "1":
+        if line is None or debug:
             raise
         print(f"{getattr(err, 'prefix', 'error: ')}{line}", file=sys.stderr)
         sys.exit(getattr(err, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ KEPT_GROUPS = "batch/kept_groups"  # DAPO dynamic sampling: groups kept for the 
 REFILL_ROUNDS = "batch/refill_rounds"
 REWARD_ERRORS = "reward/errors"  # reward calls that raised or returned garbage (scored 0)
 REWARD_TIMEOUTS = "reward/timeouts"  # reward calls that exceeded reward.timeout_s (scored 0)
-SKIPPED_PROMPTS = "batch/skipped_prompts"  # prompts longer than data.max_prompt_tokens
+SKIPPED_PROMPTS = "data/skipped_prompts"  # dataset rows left out: prompt longer than data.max_prompt_tokens
 
 # ----------------------------------------------------------------------------------------- HA-DW
 ANCHOR = "hadw/anchor"  # the anchor C the weights used this step

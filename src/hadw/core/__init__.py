@@ -4,6 +4,7 @@ from hadw.core.advantages import ADVANTAGE_ESTIMATORS, GroupAdvantages, compute_
 from hadw.core.anchors import ANCHORS, Anchor, anchor_from_state, make_anchor
 from hadw.core.groups import GroupIndex, group_mean
 from hadw.core.losses import LOSS_PRESETS, LossSpec, aggregate, kl_penalty, masked_mean, policy_loss
+from hadw.core.options import HADWOptions, anchor_parameters
 from hadw.core.weighting import DEFAULT_LAMBDA, HADWResult, apply_hadw, hadw_weights
 
 __all__ = [
@@ -14,10 +15,12 @@ __all__ = [
     "Anchor",
     "GroupAdvantages",
     "GroupIndex",
+    "HADWOptions",
     "HADWResult",
     "LossSpec",
     "aggregate",
     "anchor_from_state",
+    "anchor_parameters",
     "apply_hadw",
     "compute_advantages",
     "group_mean",

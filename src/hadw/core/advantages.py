@@ -18,6 +18,7 @@ from typing import Literal
 import torch
 
 from hadw.core.groups import GroupIndex
+from hadw.core.registry import Registry
 
 StdKind = Literal["population", "sample"]
 
@@ -37,15 +38,12 @@ class GroupAdvantages:
 
 
 AdvantageFn = Callable[..., GroupAdvantages]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def decorator(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
+    """Decorator: add an estimator under `name` (a taken name raises: see hadw.core.registry)."""
+    return ADVANTAGE_ESTIMATORS.register(name)
 
 
 def compute_advantages(

@@ -1,4 +1,4 @@
-"""Policy-gradient losses for GRPO, GSPO and DAPO (method.md §3.3), KL penalties and loss aggregation.
+"""Policy-gradient losses for GRPO, GSPO and DAPO (docs/method.md §3.3), KL penalties and loss aggregation.
 
 Shapes: B responses, T response tokens (right-padded).
     logprobs, old_logprobs, ref_logprobs, entropy, response_mask: [B, T]
@@ -8,13 +8,13 @@ The policy-loss functions return a per-token loss matrix [B, T]; `aggregate` red
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from hadw import metrics as M
+from hadw.core.registry import Registry
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -78,10 +78,8 @@ def sequence_clip_loss(logprobs, old_logprobs, advantages, clip_low: float, clip
     return _clipped_surrogate(ratio, adv, clip_low, clip_high), ratio
 
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "token_clip": token_clip_loss,
-    "sequence_clip": sequence_clip_loss,
-}
+# name -> f(logprobs, old_logprobs, advantages, clip_low, clip_high, mask) -> (loss [B, T], ratio [B, T])
+POLICY_LOSSES = Registry("policy loss", {"token_clip": token_clip_loss, "sequence_clip": sequence_clip_loss})
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""HA-DW weights (method.md §3.2, paper eqs. 13–17).
+"""HA-DW weights (docs/method.md §3.2, paper eqs. 13–17).
 
 Per prompt:    diff = p̂ − C,   M = |diff|
 Per response:  D = −sgn(Â) · sgn(diff),   Φ = λ · exp(D · M)
@@ -10,24 +10,26 @@ response, so the loss is unchanged apart from Â → Â·Φ.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from hadw.core.anchors import Anchor
+from hadw.core.anchors import Anchor, KeyedAnchor, PromptAnchor
 from hadw.core.groups import GroupIndex, group_mean
 
 DEFAULT_LAMBDA = 1.3  # paper Table 7's best; the authors' code hard-codes 1.5
 
 
 def hadw_weights(
-    advantages: torch.Tensor, p_hat: torch.Tensor, anchor: float, lam: float = DEFAULT_LAMBDA
+    advantages: torch.Tensor, p_hat: torch.Tensor, anchor: float | torch.Tensor, lam: float = DEFAULT_LAMBDA
 ) -> torch.Tensor:
     """Φ for each response.
 
     advantages: [N] the group-relative advantages Â (only their sign is used)
     p_hat:      [N] the response's group success rate, from the correctness reward
-    anchor:     C for this batch
+    anchor:     C for this batch: a float, or [N] one C per response (per_level / per_source)
     returns:    [N] Φ > 0
     """
     # D·M = −sgn(Â)·sgn(diff)·|diff| = −sgn(Â)·diff: one exp of one product, no branches.
@@ -81,6 +83,7 @@ def apply_hadw(
     anchor: Anchor,
     lam: float = DEFAULT_LAMBDA,
     enabled: bool = True,
+    keys: Sequence[Any] | None = None,
 ) -> HADWResult:
     """Rescale one rollout batch's advantages; updates `anchor` exactly once.
 
@@ -88,16 +91,29 @@ def apply_hadw(
     correctness: [N] 0/1 correctness signal (p̂ and the batch accuracy y_t come from it, never from a
                  shaped total reward); pass ALL responses of the rollout batch, before any filter
     groups:      [N] prompt of each response, or the batch's GroupIndex (e.g. GroupAdvantages.groups)
+    keys:        N labels, one per response, for the anchors that need them (anchor.needs_keys):
+                 difficulty level (per_level), data source (per_source) or prompt id (per_prompt)
     With enabled=False the anchor still tracks accuracy (so it can be logged) and Φ = 1 everywhere.
     """
     correctness = correctness.to(torch.float32)
     batch_accuracy = float(correctness.mean()) if correctness.numel() else 0.0
-    c = anchor.observe(batch_accuracy)
+    p_hat = group_mean(correctness, groups)
+    if anchor.needs_keys and (keys is None or len(keys) != correctness.numel()):
+        got = "none" if keys is None else f"{len(keys)}"
+        raise ValueError(f"the {anchor.kind} anchor needs one key per response ({correctness.numel()}); got {got}")
+    if isinstance(anchor, KeyedAnchor):
+        c_rows = anchor.observe_keyed(correctness, keys)
+        c: float | torch.Tensor = c_rows.to(advantages.device, advantages.dtype)
+        c_log = float(c_rows.mean()) if c_rows.numel() else 0.0  # the response-weighted mean anchor
+    elif isinstance(anchor, PromptAnchor):
+        c, p_tilde = anchor.observe_prompts(correctness, keys)
+        p_hat, c_log = p_tilde.to(p_hat.device), c
+    else:
+        c = c_log = anchor.observe(batch_accuracy)
     if not enabled:
         ones = torch.ones_like(advantages)
-        return HADWResult(advantages, ones, {"hadw/anchor": c, "hadw/batch_accuracy": batch_accuracy})
-    p_hat = group_mean(correctness, groups).to(advantages.dtype)
-    weights = hadw_weights(advantages, p_hat, c, lam)
-    metrics = weight_metrics(weights, advantages, lam, c)
+        return HADWResult(advantages, ones, {"hadw/anchor": c_log, "hadw/batch_accuracy": batch_accuracy})
+    weights = hadw_weights(advantages, p_hat.to(advantages.dtype), c, lam)
+    metrics = weight_metrics(weights, advantages, lam, c_log)
     metrics["hadw/batch_accuracy"] = batch_accuracy
     return HADWResult(advantages * weights, weights, metrics)

@@ -15,7 +15,7 @@ from typing import Any
 from hadw.data.layouts import FieldError, FieldMap, Layout, detect_layout, get_layout, row_to_problem
 from hadw.data.problem import DatasetError, Problem
 
-# Benchmark name -> file path under the shared data dir (see /work/shared/data/README.md).
+# Benchmark name -> file path under a data folder (the layout of the Qwen2.5-Math evaluation harness).
 BENCHMARKS: dict[str, str] = {
     "math500": "math500/test.jsonl",
     "aime25": "aime25/test.jsonl",

@@ -14,9 +14,8 @@ EVAL_SEED_OFFSET` (disjoint from the training stream); a finite source keeps its
 min(eval_size, len // 5) rows for evaluation and trains on the rest (`split_held_out`).
 
 The default data folders (`default_data_dirs`), first one holding the file wins, never the current
-directory: $HADW_SHARED_DATA; the `shared/data` folder beside the repository checkout this package
-runs from (src/hadw/../../../shared/data), if it exists; the user cache folder
-($XDG_CACHE_HOME or ~/.cache)/hadw/data, where `hadw data download` writes by default.
+directory: $HADW_SHARED_DATA; the user cache folder ($XDG_CACHE_HOME or ~/.cache)/hadw/data, where
+`hadw data download` writes by default. Neither holds the file: the public Hub copy.
 """
 
 from __future__ import annotations
@@ -49,11 +48,8 @@ def default_data_dirs() -> list[Path]:
     """The folders searched for benchmark files when none is given (module docstring), in order."""
     env = os.environ.get("HADW_SHARED_DATA")
     dirs = [Path(env)] if env else []
-    beside_checkout = Path(__file__).resolve().parents[4] / "shared" / "data"  # <repo>/src/hadw/data/here
-    if beside_checkout.is_dir():
-        dirs.append(beside_checkout)
     dirs.append(user_data_dir())
-    return list(dict.fromkeys(d.resolve() for d in dirs))  # HADW_SHARED_DATA often is the checkout's folder
+    return list(dict.fromkeys(d.resolve() for d in dirs))
 
 
 def default_data_dir() -> Path:

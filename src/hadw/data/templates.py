@@ -1,6 +1,6 @@
 """Prompt templates: a Problem -> the text the policy sees.
 
-"paper"  - the HA-DW paper's prompt (method.md §3.3), sent as one user chat message.
+"paper"  - the HA-DW paper's prompt (docs/method.md §3.3), sent as one user chat message.
 "verl"   - the same instruction joined with a space, as in verl's MATH parquet (no ".." after a
            question that already ends in a period).
 "boxed"  - the Qwen2.5-Math evaluation prompt (step-by-step, answer in \\boxed{}).

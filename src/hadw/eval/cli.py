@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from hadw.cli_lists import parse_ints
+from hadw.errors import UserError
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
     completion_notes,
@@ -30,7 +31,7 @@ DataOption = typer.Option(
 )
 DataDirOption = typer.Option(
     "--data-dir",
-    help="Benchmark folder (default: $HADW_SHARED_DATA, the repository's ../shared/data, ~/.cache/hadw/data; "
+    help="Benchmark folder (default: $HADW_SHARED_DATA, ~/.cache/hadw/data; "
     "else the Hub).",
 )
 ChatOption = typer.Option("--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
@@ -86,7 +87,7 @@ def _load_sources(
             for spec in data
         ]
     except (ValueError, FileNotFoundError) as err:
-        raise typer.BadParameter(str(err), param_hint="'--data'") from None
+        raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
@@ -95,7 +96,7 @@ def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = F
     try:
         return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
     except (FileNotFoundError, ValueError, OSError) as err:
-        raise typer.BadParameter(str(err), param_hint="'MODEL'") from None
+        raise UserError(f"MODEL {model}: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
 def _write_json(path: str | None, data: dict) -> None:

@@ -18,7 +18,6 @@ controller state.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -26,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
-from hadw.core.anchors import anchor_setting_changes
+from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, HADWOptions, anchor_parameters, apply_hadw
+from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ ANCHOR_STATE_NAME = "hadw_anchor.json"
 
 @dataclass
 class HADWGRPOConfig(GRPOConfig):
-    """`GRPOConfig` plus the HA-DW options (method.md §3). Anchor parameters are `hadw_anchor_<name>`;
+    """`GRPOConfig` plus the HA-DW options (docs/method.md §3). Anchor parameters are `hadw_anchor_<name>`;
     only those of the chosen anchor kind are used."""
 
     hadw_enabled: bool = field(default=True, metadata={"help": "Rescale advantages with Φ (False: plain GRPO)."})
@@ -50,9 +50,26 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_anchor_k: int = field(default=10, metadata={"help": "window: number of batch accuracies averaged."})
     hadw_anchor_eta: float = field(default=1.0, metadata={"help": "kalman: base gain η."})
     hadw_anchor_m: int = field(default=10, metadata={"help": "kalman: beliefs in the σ_t window."})
-    hadw_anchor_eta_min: float = field(default=0.0, metadata={"help": "kalman: floor of the gain η_t."})
+    hadw_anchor_eta_min: float = field(default=0.2, metadata={"help": "kalman: floor of the gain η_t."})
     hadw_anchor_alpha: float = field(default=0.2, metadata={"help": "ema: rate α."})
     hadw_anchor_value: float = field(default=0.5, metadata={"help": "fixed: the constant anchor C."})
+    hadw_anchor_base: str = field(
+        default="window",
+        metadata={"help": "per_level / per_source / per_prompt: the kind (and timing) of each history."},
+    )
+    hadw_anchor_visits: int = field(
+        default=4, metadata={"help": "per_prompt: visits pooled into a prompt's success rate (current included)."}
+    )
+    hadw_anchor_max_prompts: int = field(
+        default=100_000, metadata={"help": "per_prompt: prompts remembered (least recently seen forgotten first)."}
+    )
+    hadw_key_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "per_level / per_source / per_prompt: the dataset column giving each prompt's level, source "
+            "or id. Default: level, source, uid respectively. Refused at the first batch when missing."
+        },
+    )
     hadw_correctness_reward: str | None = field(
         default=None,
         metadata={
@@ -68,14 +85,24 @@ class HADWGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.hadw_anchor not in ANCHORS:
             raise ValueError(f"HADWGRPOConfig.hadw_anchor={self.hadw_anchor!r}; allowed: {', '.join(ANCHORS)}")
-        if not self.hadw_lambda > 0:
-            raise ValueError(f"HADWGRPOConfig.hadw_lambda must be > 0, got {self.hadw_lambda}")
-        make_anchor(self.hadw_anchor, **self.hadw_anchor_options())  # fail now on bad anchor parameters
+        try:
+            self.hadw_options()  # the one schema's checks (hadw.core.HADWOptions)
+        except ValueError as err:
+            raise ValueError(f"HADWGRPOConfig: {err}") from None
 
     def hadw_anchor_options(self) -> dict[str, Any]:
         """Keyword arguments of the chosen anchor kind, read from the `hadw_anchor_<name>` fields."""
-        names = [p for p in inspect.signature(ANCHORS[self.hadw_anchor].__init__).parameters if p != "self"]
-        return {name: getattr(self, f"hadw_anchor_{name}") for name in names}
+        return {name: getattr(self, f"hadw_anchor_{name}") for name in anchor_parameters(self.hadw_anchor)}
+
+    def hadw_options(self) -> HADWOptions:
+        """These `hadw_*` fields as the one HA-DW schema of hadw.core."""
+        return HADWOptions(
+            self.hadw_enabled,
+            self.hadw_lambda,
+            self.hadw_anchor,
+            self.hadw_anchor_options(),
+            self.hadw_correctness_threshold,
+        )
 
 
 def resolve_reward_index(which: int | str | None, reward_func_names: list[str]) -> int:
@@ -102,7 +129,8 @@ class HADWGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, HADWGRPOConfig):
             raise TypeError(f"HADWGRPOTrainer needs args=HADWGRPOConfig(...), got {type(self.args).__name__}")
-        self.hadw_anchor: Anchor = make_anchor(self.args.hadw_anchor, **self.args.hadw_anchor_options())
+        self.hadw_options = self.args.hadw_options()
+        self.hadw_anchor: Anchor = self.hadw_options.make_anchor()
         self.hadw_correctness_index = resolve_reward_index(self.args.hadw_correctness_reward, self.reward_func_names)
         self._hadw_rewards_per_func: torch.Tensor | None = None
 
@@ -116,19 +144,35 @@ class HADWGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, self._hadw_rewards_per_func = self._hadw_rewards_per_func, None
         if self.model.training:  # evaluation neither reweights nor moves the anchor
-            output["advantages"] = self._hadw_rescale(output["advantages"], rewards_per_func)
+            output["advantages"] = self._hadw_rescale(output["advantages"], rewards_per_func, inputs)
         return output
 
-    def _hadw_rescale(self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]. Returns [n] Â·Φ."""
-        args = self.args
+    def _hadw_keys(self, inputs: list[dict[str, Any]]) -> list[Any]:
+        """Each completion's level / source / prompt id, gathered from every rank in TRL's order (rank 0's
+        slice first, as `gather` lays out the rewards), so every rank's keyed anchor sees the same batch."""
+        column = self.args.hadw_key_column or ANCHOR_KEY_COLUMN[self.hadw_anchor.kind]
+        missing = [i for i, row in enumerate(inputs) if row.get(column) is None]
+        if missing:
+            raise ValueError(
+                f"hadw_anchor={self.hadw_anchor.kind!r} needs a {column!r} column in the training dataset (row "
+                f"keys: {sorted(inputs[missing[0]])}); add it, or name another with hadw_key_column"
+            )
+        return gather_object([row[column] for row in inputs])
+
+    def _hadw_rescale(
+        self, local_advantages: torch.Tensor, rewards_per_func: torch.Tensor, inputs: list[dict[str, Any]]
+    ) -> torch.Tensor:
+        """local_advantages: [n] this rank's Â; rewards_per_func: [N_global, F]; inputs: this rank's n rows
+        (their dataset columns give the keyed anchors' keys). Returns [n] Â·Φ."""
         # An unscored (NaN) correctness reward counts as wrong: NaN > threshold is False.
-        correct = (rewards_per_func[:, self.hadw_correctness_index] > args.hadw_correctness_threshold).float()
+        correct = (rewards_per_func[:, self.hadw_correctness_index] > self.hadw_options.correct_threshold).float()
         # TRL lays the gathered batch out as consecutive groups of num_generations (rewards.view(-1, G)),
         # and every rank holds an equal, contiguous slice of it.
         group_ids = torch.arange(correct.numel(), device=correct.device) // self.num_generations
         advantages = self.accelerator.gather(local_advantages)
-        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, args.hadw_lambda, args.hadw_enabled)
+        opts = self.hadw_options
+        keys = self._hadw_keys(inputs) if self.hadw_anchor.needs_keys else None
+        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled, keys=keys)
 
         for name, value in result.metrics.items():
             self._metrics["train"][name].append(value)
@@ -143,10 +187,17 @@ class HADWGRPOTrainer(GRPOTrainer):
         return result.advantages[start : start + n]
 
     def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:  # the anchor is identical on every rank: the main process writes it
-            checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            folder = os.path.join(self._get_output_dir(trial=trial), checkpoint)
+        super()._save_checkpoint(model, trial)  # with push_to_hub, _push_from_checkpoint wrote the anchor first
+        checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self._write_anchor(os.path.join(self._get_output_dir(trial=None), checkpoint))
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # transformers pushes inside _save_checkpoint: the anchor must be in the folder before the upload.
+        self._write_anchor(checkpoint_folder)
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _write_anchor(self, folder: str) -> None:
+        if self.args.should_save and os.path.isdir(folder):  # identical on every rank: the main process writes
             with open(os.path.join(folder, ANCHOR_STATE_NAME), "w") as f:
                 json.dump(self.hadw_anchor.state_dict(), f)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hadw.core.registry import Registry
 from hadw.rewards import verifiers
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -189,20 +190,16 @@ def run_reward(
     )
 
 
-REWARDS: dict[str, RewardFn] = {}
+REWARDS = Registry("reward")
 
 
-def register_reward(fn: RewardFn) -> RewardFn:
-    """Add a reward under fn.name (replacing one of the same name); returns fn."""
-    REWARDS[fn.name] = fn
-    return fn
+def register_reward(fn: RewardFn, replace: bool = False) -> RewardFn:
+    """Add a reward under fn.name (a taken name raises unless replace=True); returns fn."""
+    return REWARDS.add(fn.name, fn, replace)
 
 
 def get_reward(name: str) -> RewardFn:
-    try:
-        return REWARDS[name]
-    except KeyError:
-        raise ValueError(f"unknown reward {name!r}; allowed: {', '.join(REWARDS)}") from None
+    return REWARDS.get(name)
 
 
 register_reward(RewardFunction("math", verifiers.math_item, isolated=True))

@@ -18,21 +18,36 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs_from_logits(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk: int = 128,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(logits / T) at `tokens`, and optionally the entropy of that distribution.
 
     logits: [N, R, V] (any float dtype, computed in float32); tokens: [N, R] long.
-    Returns (logprobs [N, R] float32, entropy [N, R] float32 or None). Uses gather − logsumexp, so
-    the only [N, R, V] float32 tensor alive is the scaled logits (plus probs for the entropy).
+    Returns (logprobs [N, R] float32, entropy [N, R] float32 or None). Uses gather − logsumexp, so the only
+    [N, R, V] float32 tensor alive is the (scaled) logits. The entropy is a metric unless entropy_grad (an
+    entropy bonus in the loss): then it keeps its graph; else it is computed without one, `chunk` rows of
+    N·R at a time, so no [N, R, V] softmax is materialised (as TRL's entropy_from_logits).
     """
-    scaled = logits.float() / temperature
+    scaled = logits.float()
+    if temperature != 1.0:
+        scaled = scaled / temperature
     log_norm = torch.logsumexp(scaled, dim=-1)
     logprobs = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_norm
     entropy = None
-    if with_entropy:
-        probs = torch.softmax(scaled, dim=-1)
-        entropy = log_norm - (probs * scaled).sum(dim=-1)  # H = logsumexp(z) - E_p[z]
+    if with_entropy and entropy_grad:
+        entropy = log_norm - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1)  # H = logsumexp(z) - E_p[z]
+    elif with_entropy:
+        with torch.no_grad():
+            flat, norm = scaled.detach().flatten(0, -2), log_norm.detach().flatten()
+            entropy = torch.cat([
+                norm[i : i + chunk] - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+                for i, z in ((i, flat[i : i + chunk]) for i in range(0, len(flat), chunk))
+            ]).view(log_norm.shape)  # fmt: skip
     return logprobs, entropy
 
 
@@ -43,13 +58,15 @@ def compute_logprobs(
     response_mask: torch.Tensor | int,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of the last R tokens of each row under `model` (differentiable).
 
     input_ids, attention_mask: [N, P + R], i.e. `RolloutBatch.input_ids` / `.attention_mask`
     (prompt left-padded, response right-padded). response_mask: [N, R] (zeroes masked positions)
     or the int R (nothing zeroed). temperature: the sampling temperature (0 = greedy is scored at 1).
-    Returns logprobs [N, R] float32, or (logprobs, entropy) each [N, R] when return_entropy.
+    Returns logprobs [N, R] float32, or (logprobs, entropy) each [N, R] when return_entropy; the entropy
+    carries a gradient only with entropy_grad (an entropy bonus), else it is a metric computed without a graph.
 
     Memory: the LM head runs on the R + 1 last positions only (`logits_to_keep`), and the vocabulary
     axis is reduced with gather/logsumexp; micro-batch N upstream to bound activations.
@@ -71,7 +88,9 @@ def compute_logprobs(
     # The logit at position j predicts token j + 1: drop the last one (it predicts past the end).
     logits = out.logits[:, :-1, :]
     tokens = input_ids[:, -response_len:]
-    logprobs, entropy = token_logprobs_from_logits(logits, tokens, temperature, with_entropy=return_entropy)
+    logprobs, entropy = token_logprobs_from_logits(
+        logits, tokens, temperature, with_entropy=return_entropy, entropy_grad=entropy_grad
+    )
     if not isinstance(response_mask, int):
         keep = response_mask.bool()
         logprobs = logprobs.masked_fill(~keep, 0.0)

@@ -37,6 +37,8 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from hadw.errors import UserError
+
 TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -55,24 +57,35 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+class ModelNotFoundError(UserError, FileNotFoundError):
+    """model.path / MODEL is no folder and no Hub id that can be had; the CLI prints one line, exit 2."""
+
+    prefix = "model error: "
+
+
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 # What a causal LM needs from a Hub repository (not its other-framework weights, ONNX exports, ...).
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken", "*.jinja"]
+
+
+def is_hub_id(name: str | Path) -> bool:
+    """ORG/NAME or NAME (letters, digits, . _ -): what could name a Hub repository."""
+    return bool(_HUB_ID.fullmatch(str(name))) and str(name).count("/") <= 1
 
 
 def resolve_model_path(path_or_id: str | Path) -> Path:
     """A local folder as is; a Hub id ("Qwen/Qwen2.5-0.5B-Instruct") -> its snapshot folder, downloaded
     with huggingface_hub's progress bars when online, from the cache when offline.
 
-    Raises FileNotFoundError with one line: not a folder and not a Hub id; or not cached while
-    HF_HUB_OFFLINE is set (and how to fix it); or the repository cannot be downloaded.
+    Raises ModelNotFoundError (a FileNotFoundError) with one line: not a folder and not a Hub id; or not
+    cached while HF_HUB_OFFLINE is set (and how to fix it); or the repository cannot be downloaded.
     """
     path = Path(path_or_id)
     if path.is_dir():
         return path
     name = str(path_or_id)
-    if path.exists() or not _HUB_ID.fullmatch(name) or name.count("/") > 1:
-        raise FileNotFoundError(f"load_model: {name} is neither a model folder nor a Hub id (ORG/NAME)")
+    if path.exists() or not is_hub_id(name):
+        raise ModelNotFoundError(f"load_model: {name} is neither a model folder nor a Hub id (ORG/NAME)")
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import enable_progress_bars
 
@@ -83,12 +96,12 @@ def resolve_model_path(path_or_id: str | Path) -> Path:
     except Exception as e:
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if constants.HF_HUB_OFFLINE:
-            raise FileNotFoundError(
+            raise ModelNotFoundError(
                 f"load_model: {name}: no such folder, and as a Hub id it is not in the Hugging Face cache while "
                 f"HF_HUB_OFFLINE=1 forbids downloading: unset HF_HUB_OFFLINE to download it, or run "
                 f"`hf download {name} --local-dir DIR` on a machine that is online and pass DIR"
             ) from None
-        raise FileNotFoundError(
+        raise ModelNotFoundError(
             f"load_model: {name}: no such folder, and as a Hub id it cannot be downloaded: {reason}"
         ) from None
 

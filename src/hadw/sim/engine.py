@@ -6,10 +6,11 @@ The policy (one copy per seed, all seeds advanced together as one batch of tenso
 
 `skill` is shared by every prompt (what generalises), `theta` is the prompt's own logit (what is
 memorised), `offset` is a fixed difficulty per level. One step per seed: draw `prompts` prompts (a
-level uniformly, then a prompt of it uniformly, with replacement), draw G Bernoulli(p) rewards per prompt, compute advantages and Φ with
-hadw.core, and take one SGD step on the surrogate −mean(Â·Φ · log π(r)). log π(r) is the Bernoulli
-log-likelihood of the outcome, so d log π / dz = r − p: exactly the score function a token-level policy
-gradient sums, reduced to one logit per prompt.
+level uniformly, then a prompt of it uniformly, with replacement), draw G Bernoulli(p) rewards per
+prompt, compute advantages and Φ with hadw.core, and take one SGD step on the surrogate
+−mean(Â·Φ · log π(r)). log π(r) is the Bernoulli log-likelihood of the outcome, so
+d log π / dz = r − p: exactly the score function a token-level policy gradient sums, reduced to one
+logit per prompt.
 
 Arms (how the per-response weight of the surrogate is formed):
     grpo         Â = (r − p̂)/σ̂, Φ = 1                                 (hadw.core.compute_advantages)
@@ -54,7 +55,7 @@ class SimSettings:
     lr: float = 0.5  # SGD rate of the per-prompt logits (one step per rollout batch)
     skill_lr: float = 0.0005  # SGD rate of the shared skill (its gradient sums over every prompt of the batch)
     lam: float = DEFAULT_LAMBDA  # λ of HA-DW
-    anchor: str = "window"  # any kind hadw.core.make_anchor knows
+    anchor: str = "window"  # any kind hadw.core.make_anchor knows (per_level / per_source: keyed by level)
     anchor_options: dict = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: list(range(20)))
     arms: list[str] = field(default_factory=lambda: list(ARMS))
@@ -108,11 +109,18 @@ def sample_groups(p: torch.Tensor, group_size: int, gen: torch.Generator) -> tor
 
 
 def step_weights(
-    arm: str, rewards: torch.Tensor, p_true: torch.Tensor, anchors: torch.Tensor, lam: float
+    arm: str,
+    rewards: torch.Tensor,
+    p_true: torch.Tensor,
+    anchors: torch.Tensor,
+    lam: float,
+    p_phi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-response weight of the surrogate (Â·Φ) and each response's group's p̂.
 
-    rewards: [S, B, G] 0/1; p_true: [S, B] the prompts' true success rates; anchors: [S] this step's C.
+    rewards: [S, B, G] 0/1; p_true: [S, B] the prompts' true success rates; anchors: this step's C, [S]
+    (one per seed) or [S, B, G] (per response: per_level anchors); p_phi: [S, B, G] the success rate Φ
+    compares with C in place of p̂ (per_prompt's pooled p̃), None for p̂.
     returns: weights [S, B, G], p_hat [S, B, G].
     """
     S, B, G = rewards.shape
@@ -121,13 +129,14 @@ def step_weights(
     adv = compute_advantages(flat, group_ids, "grpo")
     p_hat = adv.group_mean.view(S, B, G)
     a_hat = adv.advantages.view(S, B, G)
-    c = anchors.view(S, 1, 1).expand(S, B, G).reshape(-1)
+    c = (anchors.view(S, 1, 1) if anchors.dim() == 1 else anchors).expand(S, B, G).reshape(-1).to(rewards.dtype)
     if arm == "grpo":
         return a_hat, p_hat
     if arm == "grpo_lam":
         return a_hat * lam, p_hat
     if arm == "hadw":
-        return a_hat * hadw_weights(adv.advantages, adv.group_mean, c, lam).view(S, B, G), p_hat
+        p_cmp = adv.group_mean if p_phi is None else p_phi.reshape(-1).to(rewards.dtype)
+        return a_hat * hadw_weights(adv.advantages, p_cmp, c, lam).view(S, B, G), p_hat
     if arm == "hadw_oracle":
         p = p_true.unsqueeze(-1).expand(S, B, G).reshape(-1)
         return a_hat * hadw_weights(adv.advantages, p, c, lam).view(S, B, G), p_hat
@@ -137,6 +146,28 @@ def step_weights(
         std = adv.group_std.view(S, B, G).clamp(min=1e-6)
         return torch.where(adv.degenerate.view(S, B, G), torch.zeros_like(centred), centred / std), p_hat
     raise ValueError(f"unknown arm {arm!r}")
+
+
+def observe_anchors(
+    anchors: list, rewards: torch.Tensor, levels: torch.Tensor, prompt_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Feed each seed's anchor once with its batch, as hadw.core.apply_hadw does.
+
+    rewards: [S, B, G]; levels, prompt_ids: [S, B]. Returns C ([S], or [S, B, G] for per_level /
+    per_source, keyed by level) and, for per_prompt, p̃ [S, B, G] (else None).
+    """
+    S, B, G = rewards.shape
+    if not getattr(anchors[0], "needs_keys", False):
+        c = [a.observe(float(r.mean())) for a, r in zip(anchors, rewards, strict=True)]
+        return torch.tensor(c, dtype=torch.float64), None
+    by_prompt = hasattr(anchors[0], "observe_prompts")
+    keys = (prompt_ids if by_prompt else levels).repeat_interleave(G, dim=1).tolist()  # [S][B·G]
+    if by_prompt:
+        out = [a.observe_prompts(r.reshape(-1), k) for a, r, k in zip(anchors, rewards, keys, strict=True)]
+        c = torch.tensor([float(ci) for ci, _ in out], dtype=torch.float64)
+        return c, torch.stack([p for _, p in out]).view(S, B, G).to(torch.float64)
+    rows = [a.observe_keyed(r.reshape(-1), k) for a, r, k in zip(anchors, rewards, keys, strict=True)]
+    return torch.stack(rows).view(S, B, G).to(torch.float64), None
 
 
 def _accuracy(z: torch.Tensor, level: torch.Tensor, n_levels: int) -> torch.Tensor:
@@ -152,7 +183,7 @@ def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray,
     skill, theta, offset, level = initial_policy(settings)
     skill.requires_grad_(True)
     theta.requires_grad_(True)
-    S, P, G, B = len(settings.seeds), offset.numel(), settings.group_size, settings.prompts
+    S, G, B = len(settings.seeds), settings.group_size, settings.prompts
     n_levels = len(settings.level_offsets)
     anchors = [make_anchor(settings.anchor, **settings.anchor_options) for _ in settings.seeds]
     gen = torch.Generator().manual_seed(1_000_003 * (settings.seeds[0] + 1) + S)
@@ -171,9 +202,8 @@ def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray,
         with torch.no_grad():
             p = torch.sigmoid(z)
             rewards = sample_groups(p, G, gen)
-            batch_acc = rewards.mean(dim=(1, 2))
-            c = torch.tensor([a.observe(float(y)) for a, y in zip(anchors, batch_acc, strict=True)], dtype=z.dtype)
-            weights, _ = step_weights(arm, rewards, p, c, settings.lam)
+            c, p_phi = observe_anchors(anchors, rewards, level[idx], idx)
+            weights, _ = step_weights(arm, rewards, p, c, settings.lam, p_phi)
         logp = rewards * F.logsigmoid(z).unsqueeze(-1) + (1 - rewards) * F.logsigmoid(-z).unsqueeze(-1)
         loss = -(weights * logp).mean(dim=(1, 2)).sum()  # per seed: mean over its B·G responses
         g_skill, g_theta = torch.autograd.grad(loss, (skill, theta))
@@ -181,7 +211,7 @@ def run_arm(arm: str, settings: SimSettings, progress=None) -> tuple[np.ndarray,
             # theta's gradient is 1/(B·G)-scaled per response; scale by B so lr reads "per visited prompt"
             theta -= settings.lr * B * g_theta
             skill -= settings.skill_lr * B * g_skill
-        anchor_sum += c
+        anchor_sum += c if c.dim() == 1 else c.mean(dim=(1, 2))
         since += 1
         if step % settings.eval_every == 0 or step == settings.steps:
             with torch.no_grad():

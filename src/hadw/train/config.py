@@ -17,7 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, LossSpec
+from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, LossSpec
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.errors import UserError
 
@@ -31,11 +31,15 @@ class TinyModelConfig:
     """Shape of the offline tiny model built when `model.path` is empty (CPU experiments, the demo)."""
 
     arch: str = "qwen2"  # qwen2 | llama: the two architectures most RLVR work starts from
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
+    hidden_size: int = 128  # model width
+    num_layers: int = 4  # decoder layers
+    num_heads: int = 4  # attention heads (query)
     num_kv_heads: int = 2  # grouped-query attention, as in Qwen2/Llama-3
-    intermediate_size: int = 384
+    intermediate_size: int = 384  # MLP width
+    # SFT warm start of the freshly built tiny model on the training task until this greedy accuracy
+    # (0 = none): a random model never earns a reward, so every group would be degenerate (no gradient).
+    warm_start_accuracy: float = 0.25
+    warm_start_max_steps: int = 1500  # SFT steps at most (batches of 64 problems)
 
 
 @dataclass
@@ -72,10 +76,12 @@ class DataConfig:
     # "task:<name>" for a built-in task, "benchmark:<name>" (the data folder's file, else the public Hub
     # copy), "hf:ORG/NAME[:split]" for any Hub dataset, or a file path (JSONL, parquet, HF dataset folder).
     source: str = "task:addition"
-    levels: list[int] | None = None  # built-in tasks: the levels to train on (None = all)
+    # Built-in tasks: the levels to train on (None = all). The default is the tiny CPU regime: a tiny model
+    # warm-started to ~25 % learns levels 1-3 with RL within 100 steps (all five levels: it does not).
+    levels: list[int] | None = field(default_factory=lambda: [1, 2, 3])
     layout: str = "auto"  # file sources: a known layout (see hadw.data.LAYOUTS) when `fields` is unset
     fields: FieldsConfig = field(default_factory=FieldsConfig)  # your field names (overrides `layout`)
-    # Where benchmark files live; empty = $HADW_SHARED_DATA, the repository's ../shared/data, then
+    # Where benchmark files live; empty = $HADW_SHARED_DATA, then
     # ~/.cache/hadw/data (never the current directory).
     data_dir: str = ""
     template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
@@ -113,7 +119,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
-    max_new_tokens: int = 16  # paper: 4096 on real models; tiny tasks need a handful
+    max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
 
 
@@ -123,22 +129,26 @@ class AlgorithmConfig:
     advantage: str = "grpo"  # estimator name (see hadw.core.ADVANTAGE_ESTIMATORS)
     std: str = "population"  # population (paper Fig. 1b) | sample (TRL / verl default)
     policy_loss: str | None = None  # token_clip | sequence_clip
-    clip_low: float | None = None
-    clip_high: float | None = None
+    clip_low: float | None = None  # ε_low of the clipped ratio (None = the preset's; TRL `epsilon`)
+    clip_high: float | None = None  # ε_high (None = the preset's; DAPO's clip-higher; TRL `epsilon_high`)
     aggregation: str | None = None  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     kl_coef: float = 0.0  # β of the KL to the reference model; the paper trains without KL
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators; k3 = verl's low_var_kl, TRL's)
+    entropy_coef: float = 0.0  # weight of an entropy bonus (0 = none, as in the paper)
     # DAPO extras. Dynamic sampling refills the batch with non-degenerate groups; the paper ran DAPO
     # with it off. Overlong: "mask" drops truncated responses from the loss, "penalty" is DAPO's soft
     # length penalty over the last `overlong_buffer` tokens.
     dynamic_sampling: bool = False
-    max_refill_rounds: int = 3
+    max_refill_rounds: int = 3  # dynamic sampling: extra rollout rounds at most per step
     overlong: str = "none"  # none | mask | penalty
-    overlong_buffer: int = 4
-    overlong_penalty: float = 1.0
+    overlong_buffer: int = 4  # "penalty": the last N tokens before max_new_tokens where the penalty ramps up
+    overlong_penalty: float = 1.0  # "penalty": the penalty at the length limit
+    # L of aggregation=seq-mean-token-sum-norm (Dr. GRPO): a constant, so a response's weight does not
+    # change with each batch's longest response; None = rollout.max_new_tokens (verl's loss_scale_factor).
+    norm_length: int | None = None
 
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
+        """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
         base = LOSS_PRESETS[self.preset]
         pick = lambda value, default: default if value is None else value
         return LossSpec(
@@ -149,36 +159,60 @@ class AlgorithmConfig:
             kl_coef=self.kl_coef,
             kl_estimator=self.kl_estimator,
             entropy_coef=self.entropy_coef,
+            norm_length=self.norm_length or max_new_tokens,
         )
 
 
 @dataclass
 class HADWConfig:
-    enabled: bool = False
+    """HA-DW (docs/method.md §3); the same options as TRL's `hadw_*` and verl's `algorithm.hadw.*` (docs/train.md)."""
+
+    enabled: bool = False  # rescale each response's advantage by Φ; false = the base algorithm alone
     lam: float = 1.3  # λ_scale: paper Table 7's best (the authors' code uses 1.5)
-    anchor: str = "window"  # window | kalman | ema | fixed
-    window_k: int = 10  # the authors' released code
-    kalman_eta: float = 1.0
-    kalman_m: int = 10
-    kalman_eta_min: float = 0.0
-    ema_alpha: float = 0.2
-    fixed_value: float = 0.5
+    # window (the authors' code: mean of the last k batch accuracies, the current one included) | kalman
+    # (the paper's eqs. 8-12; weights use the prior belief) | ema (weights use the prior) | fixed | beyond the
+    # paper (docs/method.md §3.4): per_level / per_source (one history of kind anchor_base per difficulty level
+    # / data source) | per_prompt (a prompt's pooled success over its last prompt_visits visits replaces p̂)
+    anchor: str = "window"
+    anchor_base: str = "window"  # per_level / per_source / per_prompt: the kind (and timing) of each history
+    prompt_visits: int = 4  # per_prompt: visits pooled into a prompt's success rate, the current one included
+    prompt_max: int = 100_000  # per_prompt: prompts remembered (the least recently seen forgotten first)
+    window_k: int = 10  # window: batch accuracies averaged (the authors' released code)
+    kalman_eta: float = 1.0  # kalman: base gain η (η_t = η·σ_t, σ_t the std of the last m beliefs)
+    kalman_m: int = 10  # kalman: beliefs in σ_t's window, and batches of running-mean warm-up
+    kalman_eta_min: float = 0.2  # kalman: floor of the gain η_t, so the anchor tracks (0 = the paper as printed)
+    ema_alpha: float = 0.2  # ema: weight of the newest batch accuracy
+    fixed_value: float = 0.5  # fixed: the constant anchor (0.5 = the theory's pivot, where the bias changes sign)
 
     def anchor_options(self) -> dict[str, Any]:
-        return {
+        """The chosen anchor kind's options, from the fields above."""
+        base = {
             "window": {"k": self.window_k},
             "kalman": {"eta": self.kalman_eta, "m": self.kalman_m, "eta_min": self.kalman_eta_min},
             "ema": {"alpha": self.ema_alpha},
             "fixed": {"value": self.fixed_value},
-        }[self.anchor]
+        }
+        if self.anchor in base:
+            return base[self.anchor]
+        if self.anchor_base not in base:
+            raise ConfigError(f"hadw.anchor_base={self.anchor_base!r} is not allowed; allowed: {', '.join(base)}")
+        # keyed kinds take every base option (one flat schema); only anchor_base's own are used
+        options = {"base": self.anchor_base, **{k: v for kind in base.values() for k, v in kind.items()}}
+        if self.anchor == "per_prompt":
+            options |= {"visits": self.prompt_visits, "max_prompts": self.prompt_max}
+        return options
+
+    def options(self) -> HADWOptions:
+        """The one HA-DW schema of hadw.core (validated)."""
+        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options())
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6  # the paper's; tiny models need ~1e-4
-    weight_decay: float = 0.1  # AdamW's decoupled weight decay (paper: 0.1)
+    lr: float = 1e-4  # the tiny CPU setting; the paper (examples/math_grpo_hadw.yaml) uses 1e-6
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (the paper: 0.1)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
-    warmup_steps: int = 10  # optimiser steps of linear warm-up
+    warmup_steps: int = 5  # optimiser steps of linear warm-up (the paper: 10)
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
 
@@ -186,7 +220,7 @@ class OptimConfig:
 class TrainConfig:
     steps: int = 100  # rollout batches (training steps)
     prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256)
-    mini_batch_prompts: int = 8  # prompts per optimiser step (paper: 16 -> 16 updates per batch)
+    mini_batch_prompts: int = 4  # prompts per optimiser step (paper: 16 of 256 -> 16 updates per batch)
     ppo_epochs: int = 1  # passes over each rollout batch
     # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
     # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.
@@ -283,18 +317,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     sources = []
     if path:
         sources.append(_load_yaml(Path(path)))
+    batch: list[str] = []  # consecutive overrides merged in one step (later ones win, as on the command line)
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
         try:
-            sources.append(OmegaConf.from_dotlist([item]))
+            OmegaConf.from_dotlist([item])
+            batch.append(item)
         except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
             key, value = item.split("=", 1)
             source = OmegaConf.create()
             OmegaConf.update(source, key, value, force_add=True)
-            sources.append(source)
+            sources += [OmegaConf.from_dotlist(batch), source] if batch else [source]
+            batch = []
         except Exception as err:
             raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
+    if batch:
+        sources.append(OmegaConf.from_dotlist(batch))
     for source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
@@ -422,10 +461,16 @@ def validate(cfg: Config) -> None:
     _range("algorithm.entropy_coef", a.entropy_coef, -1e9, 1e9)
     _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
     _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
+    if a.norm_length is not None:
+        _range("algorithm.norm_length", a.norm_length, 1, 1 << 24)
     _range("rollout.top_k", r.top_k, 0, 1 << 30)
     _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
     _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
-    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1e9)
+    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1.0)
+    try:
+        cfg.hadw.options()  # the anchor's own checks (hadw.core.HADWOptions)
+    except ValueError as err:
+        raise ConfigError(f"hadw.*: {err}") from None
     _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
     _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
     _range("train.eval_every", t.eval_every, 0, 1 << 30)

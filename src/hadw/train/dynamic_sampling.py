@@ -1,7 +1,7 @@
 """A step's rollout (batch + rewards + group ids), DAPO's dynamic sampling, and joining refill rounds.
 
 DAPO refills the batch with groups whose rewards differ (degenerate groups give no gradient); the
-anchor still sees every response of every round, before the filter (method.md §3.1).
+anchor still sees every response of every round, before the filter (docs/method.md §3.1).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from hadw.data import FieldMap, Problem, load_problems, make_fields, split_held_out
+from hadw.data import DatasetError, FieldMap, Problem, load_problems, make_fields, split_held_out
 from hadw.data.sources import EVAL_SEED_OFFSET  # noqa: F401  (demo and benchmarks import it from here)
 from hadw.train.config import DataConfig
 
@@ -35,7 +35,7 @@ class PromptSource:
             problems = self._load(data.source)
             self.problems, self._held_out = split_held_out(problems, 0 if data.eval_source else data.eval_size)
             if not self.problems:
-                raise ValueError(f"data.source={data.source!r} has no training rows")
+                raise DatasetError(f"data.source={data.source!r} has no training rows")
 
     def _load(self, spec: str) -> list[Problem]:
         d = self.data

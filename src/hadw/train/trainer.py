@@ -1,6 +1,6 @@
 """The RLVR training loop: GRPO, GSPO or DAPO, with or without HA-DW.
 
-One step, top to bottom (method.md, "the product in one picture"):
+One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
     mini-batches with AdamW → metrics, samples, checkpoint.
@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, make_anchor, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
@@ -35,6 +36,7 @@ from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.models import is_hub_id
 from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
@@ -101,6 +103,22 @@ def _check_master_weights(model) -> None:
         )
 
 
+# Config keys whose change makes a saved anchor history incompatible.
+ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
+
+
+def anchor_keys(anchor: Anchor, rows: list[Problem]) -> list[Any] | None:
+    """Each response's level / source / prompt uid for the keyed anchors (None for the others); a data
+    source without that column cannot be weighed per level: one line, exit 2."""
+    if not anchor.needs_keys:
+        return None
+    column = ANCHOR_KEY_COLUMN[anchor.kind]
+    keys = [getattr(p, column) for p in rows]
+    if any(k is None for k in keys):
+        raise UserError(f"hadw.anchor={anchor.kind} needs a {column} for every prompt; this data source has none")
+    return keys
+
+
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
@@ -160,16 +178,21 @@ class Trainer:
         self._skip_long_prompts()
         self._no_signal_streak, self._warned_no_signal = 0, False
         self.no_signal_warning: str | None = None
-        self.loss_spec = cfg.algorithm.loss_spec()
+        self.loss_spec = cfg.algorithm.loss_spec(cfg.rollout.max_new_tokens)
         self.reward_specs = [
             RewardSpec(name, w, resolve_reward(name, name in cfg.reward.isolated))
             for name, w in zip(
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
-        self.anchor: Anchor = make_anchor(cfg.hadw.anchor, **cfg.hadw.anchor_options())
+        self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
+        self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay
+            model.parameters(),
+            lr=cfg.optim.lr,
+            betas=tuple(cfg.optim.betas),
+            weight_decay=cfg.optim.weight_decay,
+            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
@@ -210,7 +233,7 @@ class Trainer:
             )
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
-        anchor_keys = [d for d in diffs if d.startswith(("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema"))]
+        anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
         if anchor_keys:
             warnings.warn(
                 f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
@@ -283,14 +306,39 @@ class Trainer:
         np.random.seed(seed % (1 << 32))
         torch.manual_seed(seed)
 
+    def _warm_start(self, init_dir: Path) -> Path:
+        """SFT the freshly built tiny model on the training task until model.tiny.warm_start_accuracy: a random
+        model never earns a reward, so every GRPO group would be degenerate (no gradient)."""
+        from hadw.train.sft import SFTConfig, sft_warm_start
+
+        cfg, t = self.cfg, self.cfg.model.tiny
+        if not cfg.data.source.startswith("task:"):
+            warnings.warn("model.tiny.warm_start_accuracy applies to task: sources only; skipped", stacklevel=2)
+            return init_dir
+        model, tokenizer = load_model(init_dir)
+        sft = SFTConfig(
+            task=cfg.data.source.split(":", 1)[1],
+            levels=cfg.data.levels,
+            target_accuracy=t.warm_start_accuracy,
+            max_steps=t.warm_start_max_steps,
+            eval_every=50,
+            seed=cfg.train.seed,
+        )
+        result = sft_warm_start(model, tokenizer, sft, progress=cfg.logging.progress)
+        print(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}", file=sys.stderr)
+        out = self.run_dir / "warm_start_model"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+
     def _load_model(self):
         m = self.cfg.model
         path = m.path
         if path:
             model_dir = Path(path)
-            if not model_dir.exists():
+            if not model_dir.exists() and not is_hub_id(path):  # else load_model tries it as a Hub id
                 raise ConfigError(f"model.path={path}: no such folder")
-            if not model_dir.is_dir() or not (model_dir / "config.json").is_file():
+            if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
                 raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
         else:
             t = m.tiny
@@ -304,6 +352,8 @@ class Trainer:
                 t.intermediate_size,
                 seed=self.cfg.train.seed,
             )
+            if t.warm_start_accuracy > 0:
+                path = self._warm_start(path)
         try:
             model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
         except (OSError, ValueError) as err:
@@ -388,8 +438,9 @@ class Trainer:
             rollout.rewards.correctness,
             adv.groups,
             self.anchor,
-            self.cfg.hadw.lam,
-            enabled=self.cfg.hadw.enabled,
+            self.hadw.lam,
+            enabled=self.hadw.enabled,
+            keys=anchor_keys(self.anchor, rollout.problems),
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
@@ -438,12 +489,18 @@ class Trainer:
         """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
         size = self.cfg.train.micro_batch_size or len(data)
         with torch.no_grad(), self.autocast():
-            return torch.cat([self._logprobs(model, data[i : i + size])[0] for i in range(0, len(data), size)])
+            return torch.cat([self._logprobs(model, data[i : i + size]) for i in range(0, len(data), size)])
 
-    def _logprobs(self, model, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logprobs [B, R], entropy [B, R]) of mb's responses at the sampling temperature."""
+    def _logprobs(self, model, mb: MiniBatch, with_entropy: bool = False):
+        """logprobs [B, R] of mb's responses at the sampling temperature; with_entropy: (logprobs, entropy [B, R])."""
         return compute_logprobs(
-            model, mb.input_ids, mb.attention_mask, mb.response_mask, self.cfg.rollout.temperature, return_entropy=True
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            mb.response_mask,
+            self.cfg.rollout.temperature,
+            return_entropy=with_entropy,
+            entropy_grad=bool(self.loss_spec.entropy_coef),  # an entropy bonus needs its gradient; a metric does not
         )
 
     def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
@@ -463,7 +520,7 @@ class Trainer:
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self.autocast():
-                logprobs, entropy = self._logprobs(self.model, micro)
+                logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
             loss, micro_metrics = policy_loss(
                 logprobs,
                 micro.old_logprobs,
@@ -471,7 +528,7 @@ class Trainer:
                 micro.response_mask,
                 self.loss_spec,
                 ref_logprobs=micro.ref_logprobs,
-                entropy=entropy.detach(),
+                entropy=entropy,
             )
             weight = share(micro) / total
             (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
@@ -518,6 +575,7 @@ class Trainer:
         metrics[M.TIME_STEP] = rollout.generate_s + rollout.reward_s + t_update
         metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
+        metrics[M.SKIPPED_PROMPTS] = getattr(self.source, "num_skipped", 0)  # rows over data.max_prompt_tokens
         self._warn_if_no_signal(step, metrics[M.DEGENERATE_FRAC])
         return metrics
 

@@ -1,4 +1,4 @@
-"""`grpo_hadw`: verl's own GRPO advantage, rescaled by Φ from `hadw.core` (method.md §3).
+"""`grpo_hadw`: verl's own GRPO advantage, rescaled by Φ from `hadw.core` (docs/method.md §3).
 
 verl computes advantages in its driver process, once per training step, by calling a registered
 estimator with the whole rollout batch:
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
-from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, apply_hadw, make_anchor
-from hadw.core.anchors import anchor_setting_changes
+from hadw.core import DEFAULT_LAMBDA, Anchor, HADWOptions, apply_hadw, make_anchor
+from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
 from hadw.integrations.verl import ESTIMATOR_NAME
 
 logger = logging.getLogger(__name__)
@@ -37,9 +37,10 @@ logger.setLevel(os.environ.get("HADW_LOG_LEVEL", "INFO"))
 
 
 @dataclass(frozen=True)
-class HADWOptions:
-    """`algorithm.hadw.*` (all optional). anchor_options go to `make_anchor` (window: k; kalman: eta, m,
-    eta_min; ema: alpha; fixed: value)."""
+class VerlHADWConfig:
+    """`algorithm.hadw.*` (all optional), verl's spelling of hadw.core.HADWOptions (docs/train.md has the
+    table): `enable` as in verl's `filter_groups.enable`; anchor_options go to the anchor (window: k;
+    kalman: eta, m, eta_min; ema: alpha; fixed: value); metrics_file is verl-only."""
 
     enable: bool = True
     lam: float = DEFAULT_LAMBDA
@@ -49,22 +50,30 @@ class HADWOptions:
     metrics_file: str | None = None  # append one JSON line of hadw/* metrics per step
 
     @staticmethod
-    def from_config(config: Any) -> HADWOptions:
+    def from_config(config: Any) -> VerlHADWConfig:
         node = config.get("hadw", None) if config is not None else None
         raw = _to_dict(node)
-        allowed = set(HADWOptions.__dataclass_fields__)
+        allowed = set(VerlHADWConfig.__dataclass_fields__)
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise ValueError(f"algorithm.hadw: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-        options = HADWOptions(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
-        if options.anchor not in ANCHORS:
-            raise ValueError(f"algorithm.hadw.anchor={options.anchor!r}; allowed: {', '.join(ANCHORS)}")
-        if not options.lam > 0:
-            raise ValueError(f"algorithm.hadw.lam must be > 0, got {options.lam}")
-        return options
+        verl = VerlHADWConfig(**{**raw, "anchor_options": _to_dict(raw.get("anchor_options"))})
+        if verl.anchor in ANCHOR_KEY_COLUMN:
+            raise ValueError(
+                f"algorithm.hadw.anchor={verl.anchor} is not available in verl: it needs each response's "
+                f"{ANCHOR_KEY_COLUMN[verl.anchor]}, and verl gives an advantage estimator only the rewards and a "
+                "fresh random uid per sample and step (no level, data source or stable prompt id); use window, "
+                "kalman, ema or fixed (docs/verl.md), or the native trainer / TRL for the keyed anchors"
+            )
+        try:
+            verl.options()
+        except ValueError as err:
+            raise ValueError(f"algorithm.hadw: {err}") from None
+        return verl
 
-    def anchor_spec(self) -> dict[str, Any]:
-        return {"kind": self.anchor, **self.anchor_options}
+    def options(self) -> HADWOptions:
+        """The one HA-DW schema of hadw.core (validated)."""
+        return HADWOptions(self.enable, self.lam, self.anchor, self.anchor_options, self.correct_threshold)
 
 
 def _to_dict(node: Any) -> dict[str, Any]:
@@ -88,6 +97,7 @@ class AnchorStore:
         self.last_metrics: dict[str, float] = {}
 
     def get(self, options: HADWOptions) -> Anchor:
+        """The anchor for these options (hadw.core.HADWOptions)."""
         spec = options.anchor_spec()
         if self.anchor is None or spec != self.spec:
             if self.anchor is not None:
@@ -143,7 +153,10 @@ def compute_grpo_hadw_outcome_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO advantages × Φ. Returns (advantages, returns), both [bs, T], like verl's `grpo`."""
-    options = HADWOptions.from_config(config)
+    verl = VerlHADWConfig.from_config(config)
+    options = verl.options()
+    _warn_once_if_filtered(config)
+    _check_single_output_sessions(index)
     if norm_adv_by_std_in_grpo is None:  # verl passes it to built-in GRPO only; others read the config
         norm_adv_by_std_in_grpo = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
     # One scalar Â per response: verl's GRPO on a [bs, 1] all-ones mask (so empty responses keep theirs).
@@ -155,11 +168,43 @@ def compute_grpo_hadw_outcome_advantage(
     correct = (scores > options.correct_threshold).float()
     groups = group_ids(index).to(scores.device)
     anchor = STORE.get(options)
-    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enable)
+    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enabled)
     STORE.last_metrics = result.metrics
-    _log_metrics(result.metrics, options.metrics_file)
+    _log_metrics(result.metrics, verl.metrics_file)
     advantages = result.advantages.unsqueeze(-1) * response_mask
     return advantages, advantages
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once_if_filtered(config: Any) -> None:
+    """verl's dynamic sampling (algorithm.filter_groups.enable) drops degenerate groups BEFORE the estimator,
+    so the anchor would observe the accuracy of the kept groups only, not of all responses (docs/method.md
+    §3.1): say so loudly, once."""
+    node = config.get("filter_groups", None) if config is not None else None
+    enabled = bool(node.get("enable", False)) if node is not None else False
+    if enabled and "filter_groups" not in _WARNED:
+        _WARNED.add("filter_groups")
+        logger.warning(
+            "HA-DW: algorithm.filter_groups.enable=True drops degenerate groups before grpo_hadw, so the anchor "
+            "observes the accuracy of the KEPT groups only (biased upwards on hard batches); the paper ran DAPO "
+            "with the filter off (examples/verl/run_dapo_hadw.sh)."
+        )
+
+
+def _check_single_output_sessions(index: np.ndarray | list) -> None:
+    """grpo_hadw groups every output row by uid, as verl's GRPO does for single-turn rollouts. verl's v1
+    trainer computes its built-in GRPO on the final output of each multi-output agent session only, and a
+    plug-in estimator is not given the session keys, so grpo_hadw is for one output per sample: groups of
+    unequal size (the sign of multi-output sessions) are refused rather than silently mis-counted."""
+    _, counts = np.unique(np.asarray(index, dtype=object).astype(str), return_counts=True)
+    if counts.size and counts.min() != counts.max():
+        raise ValueError(
+            f"grpo_hadw: groups of unequal size ({int(counts.min())}..{int(counts.max())} rows per uid): "
+            "multi-output agent sessions are not supported (verl gives plug-in estimators no session keys); "
+            "use single-turn rollouts, or verl's built-in adv_estimator=grpo for multi-output agent loops"
+        )
 
 
 def _log_metrics(metrics: dict[str, float], metrics_file: str | None) -> None:

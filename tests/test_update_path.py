@@ -1,0 +1,68 @@
+"""The trainer's inner loop (issue 12.4): MiniBatch rows, the entropy term, old log-prob recomputation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hadw.rollout import build_tiny_model, token_logprobs_from_logits
+from hadw.train.config import load_config
+from hadw.train.trainer import MiniBatch, Trainer
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2,
+                            num_kv_heads=1, intermediate_size=64)  # fmt: skip
+
+
+def _trainer(tiny_path, out, *extra) -> Trainer:
+    return Trainer(load_config(None, [
+        f"model.path={tiny_path}", "data.template=plain", "data.chat_template=never", "rollout.group_size=4",
+        "rollout.max_new_tokens=5", "train.prompts_per_step=2", "train.mini_batch_prompts=2", "optim.lr=1e-2",
+        "optim.warmup_steps=0", f"train.output_dir={out}", "logging.progress=false", "logging.sample_every=0", *extra,
+    ]))  # fmt: skip
+
+
+def test_minibatch_selects_rows_of_every_field():
+    n = torch.arange(6)
+    mb = MiniBatch(n[:, None].repeat(1, 4), n[:, None].repeat(1, 4), n[:, None].repeat(1, 2), n[:, None] * 1.0,
+                   n * 2.0)  # fmt: skip
+    sub = mb[torch.tensor([4, 1])]
+    assert len(sub) == 2 and sub.input_ids[:, 0].tolist() == [4, 1] and sub.advantages.tolist() == [8.0, 2.0]
+    assert sub.old_logprobs[:, 0].tolist() == [4.0, 1.0] and sub.ref_logprobs is None
+    assert mb[2:4].response_mask[:, 0].tolist() == [2, 3]
+
+
+def test_entropy_without_a_graph_equals_the_differentiable_one():
+    logits = torch.randn(3, 5, 300, dtype=torch.float64).float()
+    tokens = torch.randint(0, 300, (3, 5))
+    for t in (1.0, 0.7):
+        lp_a, h_a = token_logprobs_from_logits(logits, tokens, t, with_entropy=True, entropy_grad=True, chunk=4)
+        lp_b, h_b = token_logprobs_from_logits(logits, tokens, t, with_entropy=True, entropy_grad=False, chunk=4)
+        torch.testing.assert_close(h_a, h_b) and torch.testing.assert_close(lp_a, lp_b)
+        p = torch.softmax(logits / t, dim=-1)
+        torch.testing.assert_close(h_b, -(p * p.log()).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_entropy_bonus_moves_the_weights(tiny_path, tmp_path):
+    # Before issue 12.4 the trainer passed entropy.detach() to the loss, so entropy_coef changed nothing.
+    def weights_after_update(coef):
+        trainer = _trainer(tiny_path, tmp_path / str(coef), f"algorithm.entropy_coef={coef}")
+        rollout, _ = trainer.collect(0)
+        trainer.update(rollout.batch, torch.zeros(len(rollout.batch)), 0)  # no policy signal at all
+        return [p.detach().clone() for p in trainer.model.parameters()]
+
+    without, with_bonus = weights_after_update(0.0), weights_after_update(0.5)
+    assert any(not torch.equal(a, b) for a, b in zip(without, with_bonus, strict=True))
+
+
+@pytest.mark.parametrize("mode, recomputed", [("auto", False), ("never", False), ("always", True)])
+def test_recompute_logprobs_is_an_explicit_choice(tiny_path, tmp_path, monkeypatch, mode, recomputed):
+    trainer = _trainer(tiny_path, tmp_path / mode, f"rollout.recompute_logprobs={mode}")
+    rollout, _ = trainer.collect(0)
+    calls = []
+    monkeypatch.setattr(trainer, "_score", lambda model, data: calls.append(model) or data.old_logprobs)
+    trainer._minibatch_source(rollout.batch, torch.zeros(len(rollout.batch)))
+    assert bool(calls) == recomputed  # float32: auto trusts the sampler's log-probs (equal bit for bit)
+    assert _trainer(tiny_path, tmp_path / "bf", "model.compute_dtype=bfloat16")._recompute_logprobs
