@@ -124,6 +124,8 @@ CONFIG_CASES = [
     ("sample_every_negative", ["logging.sample_every=-1"], ["logging.sample_every=-1"]),
     ("lambda_zero", ["hadw.lam=0"], ["hadw.lam=0"]),
     ("window_zero", ["hadw.window_k=0"], ["hadw.window_k=0"]),
+    ("anchor_base_unknown", ["hadw.anchor=per_level", "hadw.anchor_base=median"], ["hadw.anchor_base='median'"]),
+    ("prompt_visits_zero", ["hadw.anchor=per_prompt", "hadw.prompt_visits=0"], ["hadw.prompt_visits=0"]),
     ("warmup_negative", ["optim.warmup_steps=-1"], ["optim.warmup_steps=-1"]),
     ("dtype", ["model.dtype=float64"], ["model.dtype='float64'"]),
     ("limit_zero", ["data.limit=0"], ["data.limit=0"]),

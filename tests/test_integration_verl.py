@@ -272,13 +272,29 @@ def test_multi_output_sessions_are_refused():
     STORE.reset()
 
 
-def test_filter_groups_warns_once(caplog):
-    config = algorithm()
-    config.filter_groups = {"enable": True}
-    rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
-    rewards[0, -1] = 1.0
-    uids = np.array(["a", "a", "b", "b"], dtype=object)
-    call_like_verl(config, rewards, mask, uids)
-    call_like_verl(config, rewards, mask, uids)
-    assert caplog.text.count("filter_groups.enable=True drops degenerate groups") == 1
+def test_start_up_refuses_multi_turn_and_warns_on_filter_groups(caplog, tmp_path):
+    from hadw.integrations.verl.estimator import check_setup
+
+    # verl's own ppo_trainer.yaml defaults: single-turn, no filter_groups -> nothing to say.
+    defaults = OmegaConf.load(VERL_LIB / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+    assert check_setup(defaults) == []
+    multi = OmegaConf.create({"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True}}}})
+    with pytest.raises(ValueError, match="multi_turn.enable=true: grpo_hadw supports single-turn"):
+        check_setup(multi)
+    trainer = {"resume_mode": "disable", "default_local_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match="single-turn"):  # the callback is built at trainer start-up
+        HADWCheckpointCallback(OmegaConf.create({**multi, "trainer": trainer}))
+    dapo = OmegaConf.create({"algorithm": {"filter_groups": {"enable": True}}, "trainer": trainer})
+    with caplog.at_level("WARNING"):
+        HADWCheckpointCallback(dapo)
+    assert "filter_groups.enable=true" in caplog.text
+    # The estimator alone sees only `algorithm`: it warns once, on its first call.
     STORE.reset()
+    caplog.clear()
+    rewards = torch.zeros(G, 3)
+    rewards[:3, -1] = 1.0
+    config = OmegaConf.create({"filter_groups": {"enable": True}, "hadw": {"enable": True}})
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            compute_grpo_hadw_outcome_advantage(rewards, torch.ones(G, 3), np.array(["a"] * G), config=config)
+    assert caplog.text.count("filter_groups.enable=true") == 1

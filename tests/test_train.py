@@ -248,3 +248,16 @@ def test_keyed_anchor_refuses_prompts_without_the_column():
     assert anchor_keys(make_anchor("per_prompt"), rows) == ["file.jsonl:0"]
     with pytest.raises(UserError, match="hadw.anchor=per_level needs a level for every prompt"):
         anchor_keys(make_anchor("per_level"), rows)
+
+
+def test_per_prompt_anchor_resumes_from_its_checkpoint(tiny_path, tmp_path):
+    """The keyed state (batch anchor + prompt-id -> recent counts) is checkpointed: 2 + 2 steps hold the
+    same anchor as 4 straight (a fresh anchor after the resume would hold 2 batch observations)."""
+    extra = ("hadw.enabled=true", "hadw.anchor=per_prompt", "hadw.prompt_visits=2")
+    straight = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "a", "train.steps=4", *extra)))
+    straight.train()
+    Trainer(load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=2", *extra))).train()
+    resumed = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=4", *extra)), resume=True)
+    resumed.train()
+    assert len(resumed.anchor.state_dict()["batch"]["history"]) == 4
+    assert resumed.anchor.state_dict() == straight.anchor.state_dict()

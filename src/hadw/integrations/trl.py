@@ -45,7 +45,12 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_enabled: bool = field(default=True, metadata={"help": "Rescale advantages with Φ (False: plain GRPO)."})
     hadw_lambda: float = field(default=DEFAULT_LAMBDA, metadata={"help": "λ_scale of Φ = λ·exp(D·M)."})
     hadw_anchor: str = field(
-        default="window", metadata={"help": f"Difficulty anchor kind, one of {', '.join(ANCHORS)}."}
+        default="window",
+        metadata={
+            "help": f"Difficulty anchor kind, one of {', '.join(ANCHORS)}. Timing: window weighs with a mean that "
+            "includes the current batch; kalman and ema with the prior belief; the keyed kinds with their "
+            "hadw_anchor_base's."
+        },
     )
     hadw_anchor_k: int = field(default=10, metadata={"help": "window: number of batch accuracies averaged."})
     hadw_anchor_eta: float = field(default=1.0, metadata={"help": "kalman: base gain η."})

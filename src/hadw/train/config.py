@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, LossSpec
+from hadw.core.anchors import BASE_ANCHORS
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.errors import UserError
 
@@ -195,7 +196,8 @@ class HADWConfig:
         if self.anchor in base:
             return base[self.anchor]
         if self.anchor_base not in base:
-            raise ConfigError(f"hadw.anchor_base={self.anchor_base!r} is not allowed; allowed: {', '.join(base)}")
+            allowed = ", ".join(base)
+            raise ConfigError(f"hadw.anchor_base={self.anchor_base!r} is not allowed; allowed values: {allowed}")
         # keyed kinds take every base option (one flat schema); only anchor_base's own are used
         options = {"base": self.anchor_base, **{k: v for kind in base.values() for k, v in kind.items()}}
         if self.anchor == "per_prompt":
@@ -467,6 +469,9 @@ def validate(cfg: Config) -> None:
     _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
     _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
     _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1.0)
+    _choice("hadw.anchor_base", cfg.hadw.anchor_base, tuple(BASE_ANCHORS))
+    _range("hadw.prompt_visits", cfg.hadw.prompt_visits, 1, 1 << 20)
+    _range("hadw.prompt_max", cfg.hadw.prompt_max, 1, 1 << 40)
     try:
         cfg.hadw.options()  # the anchor's own checks (hadw.core.HADWOptions)
     except ValueError as err:

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from hadw.integrations.verl.estimator import STORE
+from hadw.integrations.verl.estimator import STORE, check_setup
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ class HADWCheckpointCallback(CheckpointCallback):
 
     def __init__(self, config=None):
         super().__init__(config=config)
+        if config is not None:  # the one start-up hook that sees the whole trainer config
+            check_setup(config)
+            STORE.checked = True
         folder = resume_folder(config) if config is not None else None
         if folder is not None:
             load_anchor(folder)

@@ -95,6 +95,7 @@ class AnchorStore:
         self.spec: dict[str, Any] | None = None
         self.pending: dict[str, Any] | None = None
         self.last_metrics: dict[str, float] = {}
+        self.checked = False  # check_setup run (start-up warnings given once)
 
     def get(self, options: HADWOptions) -> Anchor:
         """The anchor for these options (hadw.core.HADWOptions)."""
@@ -136,6 +137,41 @@ class AnchorStore:
 STORE = AnchorStore()
 
 
+def _get(node: Any, dotted: str, default: Any = None) -> Any:
+    """config.a.b.c for a DictConfig, a dict or an object; `default` when a level is missing."""
+    for key in dotted.split("."):
+        if node is None:
+            return default
+        node = node.get(key, None) if hasattr(node, "get") else getattr(node, key, None)
+    return default if node is None else node
+
+
+def check_setup(config: Any) -> list[str]:
+    """Start-up checks on verl's full trainer config (or its `algorithm` node). Returns the warnings given.
+
+    - Multi-turn / multi-output agent loops: verl's own `grpo` groups only each session's final output
+      (compute_advantage_for_multi_trajectories); any other estimator, `grpo_hadw` included, is handed every
+      output row, so groups and the anchor would count intermediate turns. Refused (ValueError).
+    - `algorithm.filter_groups.enable` (DAPO dynamic sampling): the anchor then sees only the kept,
+      non-degenerate groups, so its batch accuracy is biased toward 1/2. Warned, not refused.
+    """
+    if _get(config, "actor_rollout_ref.rollout.multi_turn.enable", False):
+        raise ValueError(
+            "actor_rollout_ref.rollout.multi_turn.enable=true: grpo_hadw supports single-turn rollouts only "
+            "(verl groups multi-output agent sessions by their final output for `grpo` alone); see docs/verl.md"
+        )
+    algorithm = _get(config, "algorithm", config)
+    warnings = []
+    if _get(algorithm, "filter_groups.enable", False):
+        warnings.append(
+            "HA-DW: algorithm.filter_groups.enable=true: the anchor's batch accuracy is computed on the kept "
+            "(non-degenerate) groups only, so it is pulled toward 1/2; see docs/verl.md"
+        )
+    for message in warnings:
+        logger.warning(message)
+    return warnings
+
+
 def group_ids(index: np.ndarray | list) -> torch.Tensor:
     """verl's per-response prompt uids (any hashable) -> [bs] int64 group numbers."""
     _, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
@@ -155,7 +191,9 @@ def compute_grpo_hadw_outcome_advantage(
     """GRPO advantages × Φ. Returns (advantages, returns), both [bs, T], like verl's `grpo`."""
     verl = VerlHADWConfig.from_config(config)
     options = verl.options()
-    _warn_once_if_filtered(config)
+    if not STORE.checked:  # the estimator sees only `algorithm`: the filter_groups warning, once
+        check_setup(config)
+        STORE.checked = True
     _check_single_output_sessions(index)
     if norm_adv_by_std_in_grpo is None:  # verl passes it to built-in GRPO only; others read the config
         norm_adv_by_std_in_grpo = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
@@ -173,24 +211,6 @@ def compute_grpo_hadw_outcome_advantage(
     _log_metrics(result.metrics, verl.metrics_file)
     advantages = result.advantages.unsqueeze(-1) * response_mask
     return advantages, advantages
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once_if_filtered(config: Any) -> None:
-    """verl's dynamic sampling (algorithm.filter_groups.enable) drops degenerate groups BEFORE the estimator,
-    so the anchor would observe the accuracy of the kept groups only, not of all responses (docs/method.md
-    §3.1): say so loudly, once."""
-    node = config.get("filter_groups", None) if config is not None else None
-    enabled = bool(node.get("enable", False)) if node is not None else False
-    if enabled and "filter_groups" not in _WARNED:
-        _WARNED.add("filter_groups")
-        logger.warning(
-            "HA-DW: algorithm.filter_groups.enable=True drops degenerate groups before grpo_hadw, so the anchor "
-            "observes the accuracy of the KEPT groups only (biased upwards on hard batches); the paper ran DAPO "
-            "with the filter off (examples/verl/run_dapo_hadw.sh)."
-        )
 
 
 def _check_single_output_sessions(index: np.ndarray | list) -> None:
