@@ -1,4 +1,4 @@
-"""Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (optionally DAPO ± HA-DW) over several seeds,
+"""Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (window, or fixed 0.5; optionally DAPO ± HA-DW) over seeds,
 from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
 
 Recipe: the demo's current one (hadw.experiments.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
@@ -6,7 +6,8 @@ step cap, then `rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prom
 `hadw.experiments.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
 run dir made with another recipe is refused and left out).
 
-Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,dapo,dapo_hadw] [--jobs 2]
+Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,hadw_fixed] [--jobs 2]
+Runs are ordered seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short stays paired.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hadw import metrics as M
 from hadw.eval.report import compare_rows, jsonable, markdown_table
 from hadw.experiments import compare as cmp
 from hadw.experiments.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
@@ -29,6 +31,8 @@ from hadw.experiments.plots import plot_compare
 ARMS = {
     "grpo": ("hadw.enabled=false",),
     "hadw": ("hadw.enabled=true",),
+    # the theory's pivot: the bias of p̂ given S changes sign at p = 1/2 for every G (method.md §3.4)
+    "hadw_fixed": ("hadw.enabled=true", "hadw.anchor=fixed", "hadw.fixed_value=0.5"),
     "dapo": ("algorithm.preset=dapo", "hadw.enabled=false"),
     "dapo_hadw": ("algorithm.preset=dapo", "hadw.enabled=true"),
 }
@@ -52,7 +56,7 @@ def eval_problems(seed: int, eval_size: int):
 
 
 def evaluate_model(model_dir: Path, seed: int, eval_size: int, k: int, cache: Path) -> dict[str, float]:
-    """Greedy, avg@k and pass@k at T = 1 on the seed's held-out problems: {"eval/<bucket>/<metric>": value}."""
+    """Greedy, avg@k and pass@k at T = 1 on the seed's held-out problems: {"val/<bucket>/<metric>": value}."""
     settings = {"seed": seed, "eval_size": eval_size, "k": k, "model": str(model_dir)}
     if cache.is_file():
         stored = json.loads(cache.read_text(encoding="utf-8"))
@@ -67,7 +71,7 @@ def evaluate_model(model_dir: Path, seed: int, eval_size: int, k: int, cache: Pa
     result = evaluate_sources(
         model, tokenizer, [source], k=k, temperature=1.0, pass_ks=(k,), seed=seed, use_chat_template=False
     )
-    metrics = {f"eval/{b}/{m}": v for b, row in result.buckets.items() for m, v in row.items() if m != "count"}
+    metrics = {k: v for k, v in M.flatten_eval(result.buckets).items() if M.split_val_key(k)[1] != M.COUNT}
     cache.write_text(json.dumps({"settings": settings, "metrics": metrics}), encoding="utf-8")
     return metrics
 
@@ -85,12 +89,12 @@ def run_metrics(log: cmp.RunLog, eval_size: int, k: int) -> dict[str, float]:
     metrics = evaluate_model(log.run_dir / "final_model", log.seed, eval_size, k, log.run_dir / "posthoc_eval.json")
     last = log.steps[-10:]
     for key, bucket in [
-        ("reward/accuracy", "all"),
-        *((f"reward/accuracy_L{lv}", f"{DEMO_TASK}/L{lv}") for lv in DEMO_LEVELS),
+        (M.SCORE_MEAN, M.ALL),
+        *((M.score_level(lv), f"{DEMO_TASK}/L{lv}") for lv in DEMO_LEVELS),
     ]:
         values = [r[key] for r in last if isinstance(r.get(key), int | float)]
         if values:
-            metrics[f"eval/{bucket}/train_acc_last10"] = float(np.mean(values))
+            metrics[M.val_key(bucket, "train_acc_last10")] = float(np.mean(values))
     return metrics
 
 
@@ -110,7 +114,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9", help="comma-separated, or a range a-b (inclusive)")
     demo = DemoSettings()
     parser.add_argument("--steps", type=int, default=demo.steps)
-    parser.add_argument("--arms", default="grpo,hadw,dapo,dapo_hadw", help=f"comma-separated, from {list(ARMS)}")
+    parser.add_argument("--arms", default="grpo,hadw,hadw_fixed", help=f"comma-separated, from {list(ARMS)}")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--eval-size", type=int, default=500)
     parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem at T = 1 (avg@k, pass@k)")
@@ -133,6 +137,8 @@ def main() -> None:
     model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0, max_steps=args.sft_max_steps)
     overrides = base_overrides(model_dir, args.steps, args.eval_size)
     specs = cmp.plan_runs(None, arms, seeds, args.out, overrides)
+    order = {a.name: i for i, a in enumerate(arms)}
+    specs.sort(key=lambda spec: (spec.seed, order[spec.arm]))  # seed-major: a partial study stays paired
     cmp.write_manifest(args.out, arms, seeds, None, overrides)
     print(f"{len(specs)} runs ({len(arms)} arms × {len(seeds)} seeds, {args.steps} steps), {args.jobs} at a time")
     t_runs = time.perf_counter()
@@ -163,31 +169,26 @@ def main() -> None:
 
     k = args.k
     metrics = [
-        ("greedy", "greedy accuracy"),
-        (f"avg@{k}", f"avg@{k}: mean accuracy of {k} samples at T = 1"),
-        (f"pass@{k}", f"pass@{k} (unbiased estimator, T = 1)"),
+        (M.GREEDY, "greedy accuracy"),
+        (M.avg_at(k), f"avg@{k}: mean accuracy of {k} samples at T = 1"),
+        (M.pass_at(k), f"pass@{k} (unbiased estimator, T = 1)"),
         ("train_acc_last10", "training rollout accuracy, mean of the last 10 steps (T = 1)"),
     ]
     names = [m for m, _ in metrics]
-    pairs = [(a, b) for a, b in (("grpo", "hadw"), ("dapo", "dapo_hadw")) if a in runs and b in runs]
+    # One comparison per base algorithm: every HA-DW arm of it against it, paired by seed.
+    families = {"grpo": ("hadw", "hadw_fixed"), "dapo": ("dapo_hadw",)}
+    families = {base: [a for a in treated if a in runs] for base, treated in families.items()}
+    pairs = [(base, treated) for base, treated in families.items() if base in runs and treated]
     sections, pngs = [], []
     for base, treated in pairs:
-        result = cmp.aggregate({base: runs[base], treated: runs[treated]}, base, names)
-        sections.append(
-            section(f"`{treated}` vs `{base}`: mean [95 % CI] (n seeds), paired difference, p", result, metrics)
-        )
+        group = {base: runs[base], **{t: runs[t] for t in treated}}
+        result = cmp.aggregate(group, base, names)
+        title = ", ".join(f"`{t}`" for t in treated)
+        heading = f"{title} vs `{base}`: mean [95 % CI] (n seeds), paired difference, p"
+        sections.append(section(heading, result, metrics))
         png = args.report.with_name(f"{args.report.stem}{'' if base == 'grpo' else '_' + base}.png")
-        pngs.append(
-            plot_compare(
-                png,
-                {base: runs[base], treated: runs[treated]},
-                result,
-                ("reward/accuracy", "hadw/anchor"),
-                f"avg@{k}",
-                smooth=5,
-            )
-        )
-        (args.out / f"compare_{base}_{treated}.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1))
+        pngs.append(plot_compare(png, group, result, (M.SCORE_MEAN, M.ANCHOR), M.avg_at(k), smooth=5))
+        (args.out / f"compare_{base}.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1))
     rl_gain = cmp.aggregate({"warm": warm, **runs}, "warm", names[:3])
     sections.append(section("Every arm vs the warm start (did RL help at all?)", rl_gain, metrics[:3]))
     (args.out / "compare_vs_warm.json").write_text(json.dumps(jsonable(rl_gain.to_dict()), indent=1))
@@ -195,7 +196,8 @@ def main() -> None:
     arm_text = ", ".join(f"`{a.name}`: `{' '.join(a.overrides)}`" for a in arms)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     figures = "\n".join(f"![{p.stem}]({p.name})" for p in pngs)
-    text = f"""# Does HA-DW help? {" / ".join(f"{a} vs {b}" for b, a in pairs)} over {len(seeds)} seeds (tiny model)
+    versus = " / ".join(f"{'/'.join(a)} vs {b}" for b, a in pairs)
+    text = f"""# Does HA-DW help? {versus} over {len(seeds)} seeds (tiny model)
 
 Command (from the repository root; {runs_s / 60:.1f} min for the runs and their evaluation,
 {(time.perf_counter() - start) / 60:.1f} min in all, on 2 CPU cores shared with other work): `{command}`

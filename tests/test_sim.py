@@ -1,49 +1,135 @@
-"""hadw sim: the simulated group baseline matches theory; the simulator's invariants; the command."""
+"""hadw sim: exact group sampling agrees with hadw.theory, the arms' weights with hadw.core, and the command runs."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
-from hadw.sim import SimConfig, group_baseline_bias, simulate
+from hadw.core import compute_advantages
+from hadw.sim.engine import SimSettings, sample_groups, simulate, step_weights
 from hadw.theory.binary import bias
+from hadw.theory.rectified import debias_constant
 
 
-@pytest.mark.parametrize(("p", "G"), [(0.05, 8), (0.25, 4), (0.75, 8), (0.125, 2), (0.5, 16)])
-def test_simulated_group_baseline_bias_equals_theory(p, G):
-    got = group_baseline_bias(p, G, n=400_000)
-    # Monte-Carlo error of a mean of p̂ over ≥ ~60k kept groups is < 2e-3 at these p.
-    assert got == pytest.approx(float(bias(p, G)), abs=3e-3)
+@pytest.mark.parametrize("G", [2, 4, 8])
+def test_simulated_group_baseline_bias_given_S_matches_theory(G):
+    # Lemma 2: E[p̂ | S] − p = bias(p, G); the sim's p̂ is the group mean the GRPO arm centres on.
+    p_values = torch.tensor([0.05, 0.125, 0.25, 0.5, 0.75, 0.875], dtype=torch.float64)
+    n = 40_000
+    p = p_values.repeat(n, 1)  # [n, 6]: n groups per p
+    rewards = sample_groups(p, G, torch.Generator().manual_seed(G))
+    _, p_hat = step_weights("grpo", rewards, p, torch.full((n,), 0.5, dtype=torch.float64), 1.0)
+    p_hat = p_hat[..., 0]
+    nondegenerate = (p_hat > 0) & (p_hat < 1)
+    for j, pv in enumerate(p_values.tolist()):
+        kept = p_hat[:, j][nondegenerate[:, j]]
+        se = float(kept.std()) / np.sqrt(kept.numel())
+        mc_bias = float(kept.mean()) - pv
+        assert abs(mc_bias - float(bias(pv, G))) < 4 * se + 1e-9, (pv, G, mc_bias, float(bias(pv, G)), se)
 
 
-def test_no_step_keeps_the_population_and_lambda_one_scaling_is_grpo():
-    frozen = simulate(SimConfig(prompts=300, steps=5, seeds=3, batch=32, lr=0.0, shared_lr=0.0, arms=["grpo"]))
-    curve = frozen["grpo"]
-    assert torch.equal(curve[0], curve[-1])
-    # Beta(0.6, 1.2) has mean 1/3: the initial population's expected accuracy, averaged over 3 × 300 prompts.
-    assert float(curve[0, :, -1].mean()) == pytest.approx(1 / 3, abs=0.03)
-    cfg = SimConfig(prompts=300, steps=20, seeds=3, batch=32, lam=1.0, arms=["grpo", "grpo-lam"])
-    out = simulate(cfg)
-    assert torch.allclose(out["grpo"], out["grpo-lam"])
-    assert float(out["grpo"][-1, :, -1].mean()) > float(out["grpo"][0, :, -1].mean())  # GRPO learns
+def test_debiased_baseline_is_unbiased_given_S():
+    # Lemma 1: E[c*·p̂ | S] = p at the true p — the "debiased" arm's baseline.
+    G, n = 4, 100_000
+    p = torch.tensor([0.1, 0.3, 0.8], dtype=torch.float64).repeat(n, 1)
+    rewards = sample_groups(p, G, torch.Generator().manual_seed(1))
+    p_hat = rewards.mean(-1)
+    c_star = torch.from_numpy(debias_constant(p[0].numpy(), G))
+    for j in range(3):
+        kept = p_hat[:, j][(p_hat[:, j] > 0) & (p_hat[:, j] < 1)]
+        est = float(c_star[j] * kept.mean())
+        assert abs(est - float(p[0, j])) < 4 * float(c_star[j] * kept.std()) / np.sqrt(kept.numel())
 
 
-def test_hadw_arms_are_paired_with_grpo_and_differ_from_it():
-    out = simulate(SimConfig(prompts=400, steps=30, seeds=4, batch=32, arms=["grpo", "window"]))
-    assert torch.equal(out["grpo"][0], out["window"][0])  # same initial population per seed
-    assert not torch.allclose(out["grpo"][-1], out["window"][-1])
+def test_arm_weights_on_random_groups():
+    gen = torch.Generator().manual_seed(0)
+    S, B, G, lam = 3, 50, 8, 1.3
+    p = torch.rand(S, B, generator=gen, dtype=torch.float64)
+    rewards = sample_groups(p, G, gen)
+    c = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64)
+    grpo, p_hat = step_weights("grpo", rewards, p, c, lam)
+    # GRPO's arm is hadw.core's estimator, group by group (seeds never share a group)
+    ref = compute_advantages(rewards[1, 7], torch.zeros(G, dtype=torch.long)).advantages
+    assert torch.allclose(grpo[1, 7], ref)
+    assert torch.allclose(step_weights("grpo_lam", rewards, p, c, lam)[0], lam * grpo)
+    hadw, _ = step_weights("hadw", rewards, p, c, lam)
+    oracle, _ = step_weights("hadw_oracle", rewards, p, c, lam)
+    for w in (hadw, oracle):
+        assert torch.equal(torch.sign(w), torch.sign(grpo))  # Φ > 0 never flips a sign
+    # hand formula: Φ = λ·exp(sgn(Â)·(C − p̂)), with each seed's own anchor
+    expected = grpo * lam * torch.exp(torch.sign(grpo) * (c.view(S, 1, 1) - p_hat))
+    assert torch.allclose(hadw, expected)
+    expected_oracle = grpo * lam * torch.exp(torch.sign(grpo) * (c.view(S, 1, 1) - p.unsqueeze(-1)))
+    assert torch.allclose(oracle, expected_oracle)
+    # a correct answer to a prompt harder than its seed's anchor is boosted beyond λ·Â
+    boosted = (grpo > 0) & (p_hat < c.view(S, 1, 1))
+    assert boosted.any() and torch.all(hadw[boosted] > lam * grpo[boosted])
 
 
-def test_sim_command_writes_plot_and_json_and_rejects_bad_arm(tmp_path):
-    app = build_app()
-    args = ["sim", "--prompts", "200", "--steps", "10", "--seeds", "3", "--batch", "16", "--out", str(tmp_path)]
-    result = CliRunner().invoke(app, args)
+def _small(**kw):
+    base = dict(prompts_per_level=[60, 60], level_offsets=[0.5, -2.0], steps=40, prompts=16, seeds=[0, 1, 2],
+                eval_every=10, lr=0.5, skill_lr=0.002)
+    return SimSettings(**{**base, **kw})
+
+
+def test_sim_learns_is_reproducible_and_arms_start_equal():
+    a = simulate(_small(arms=["grpo", "hadw"]))
+    b = simulate(_small(arms=["grpo", "hadw"]))
+    assert np.array_equal(a.curves["hadw"], b.curves["hadw"])  # same seeds, same numbers
+    assert np.array_equal(a.curves["grpo"][0], a.curves["hadw"][0])  # paired: same initial policy per seed
+    assert a.steps.tolist() == [0, 10, 20, 30, 40]
+    assert np.all(a.curves["grpo"][-1] > a.curves["grpo"][0])  # every bucket, every seed improves
+    # the window anchor tracks the rollout accuracy, which lies between the start and the end accuracy
+    assert 0.1 < a.anchors["hadw"][-1].mean() < 1.0
+
+
+def test_sim_passes_anchor_options_to_make_anchor():
+    # a fixed anchor at 0.3: every step of every seed is weighted against exactly 0.3
+    res = simulate(_small(arms=["hadw"], anchor="fixed", anchor_options={"value": 0.3}, steps=5, eval_every=5))
+    assert res.anchors["hadw"][-1].tolist() == [0.3, 0.3, 0.3]
+
+
+def test_cli_writes_plot_and_json_and_rejects_bad_input(tmp_path):
+    runner = CliRunner()
+    png, js = tmp_path / "sim.png", tmp_path / "sim.json"
+    args = ["sim", "--steps", "10", "--seeds", "0-1", "--level-prompts", "30,30", "--offsets", "0,-2",
+            "--prompts", "8", "--eval-every", "5", "--plot", str(png), "--json", str(js)]
+    result = runner.invoke(build_app(), args)
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "sim.png").stat().st_size > 1000
-    data = json.loads((tmp_path / "sim.json").read_text())
-    assert set(data["summary"]) == {"grpo", "grpo-lam", "window", "kalman", "per_level"}
-    assert data["summary"]["grpo"]["diff_vs_grpo"] is None
-    result = CliRunner().invoke(app, [*args, "--arm", "median"])
-    assert result.exit_code == 2 and "median" in result.output
+    assert png.stat().st_size > 0
+    data = json.loads(js.read_text())
+    assert data["buckets"] == ["L1", "L2", "all"] and data["steps"] == [0, 5, 10]
+    assert set(data["summary"]) == {"grpo", "grpo_lam", "hadw", "hadw_oracle", "debiased"}
+    bad = runner.invoke(build_app(), ["sim", "--arms", "grpo,nope", "--steps", "1"])
+    assert bad.exit_code == 2 and "allowed arms" in bad.output
+    bad = runner.invoke(build_app(), ["sim", "--anchor", "nope", "--steps", "1", "--seeds", "0"])
+    assert bad.exit_code == 2 and "unknown anchor" in bad.output
+    bad = runner.invoke(build_app(), ["sim", "--level-prompts", "10,10", "--offsets", "0", "--steps", "1"])
+    assert bad.exit_code == 2 and "one entry per level" in bad.output
+
+
+def test_keyed_anchors_per_level_and_per_prompt():
+    from hadw.core import make_anchor
+    from hadw.sim.engine import observe_anchors
+
+    res = simulate(_small(arms=["hadw"], anchor="per_level", steps=12, eval_every=6))
+    assert res.anchors["hadw"].shape == (3, 3) and np.all((res.anchors["hadw"] > 0) & (res.anchors["hadw"] < 1))
+    rewards = torch.tensor([[[1.0, 1, 1, 0], [0, 0, 0, 1]]], dtype=torch.float64)  # S=1, B=2, G=4
+    levels, ids = torch.tensor([[0, 1]]), torch.tensor([[5, 9]])
+    # per_level: a level without history uses the batch anchor; afterwards its own (window) history
+    anchor = make_anchor("per_level")
+    c, p_phi = observe_anchors([anchor], rewards, levels, ids)
+    assert p_phi is None and torch.allclose(c, torch.full((1, 2, 4), 0.5, dtype=torch.float64))
+    c, _ = observe_anchors([anchor], rewards, levels, ids)
+    assert torch.allclose(c[0, 0], torch.full((4,), 0.75, dtype=torch.float64))
+    assert torch.allclose(c[0, 1], torch.full((4,), 0.25, dtype=torch.float64))
+    # per_prompt: Φ compares the prompt's pooled success rate over its visits (not p̂) with the batch anchor
+    anchor = make_anchor("per_prompt", visits=4)
+    observe_anchors([anchor], rewards, levels, ids)
+    c, p_phi = observe_anchors([anchor], torch.zeros(1, 2, 4, dtype=torch.float64), levels, ids)
+    assert torch.allclose(p_phi[0, 0], torch.full((4,), 3 / 8, dtype=torch.float64))
+    assert torch.allclose(p_phi[0, 1], torch.full((4,), 1 / 8, dtype=torch.float64))
+    assert c.shape == (1,) and abs(float(c[0]) - 0.25) < 1e-9  # window of the two batch accuracies 0.5, 0

@@ -1,5 +1,5 @@
-"""`hadw sim`: GRPO ± HA-DW on a simulated prompt population (see docs/sim.md)."""
+"""`hadw sim`: GRPO ± HA-DW on a simulated prompt population whose true success rates are known."""
 
-from hadw.sim.core import SimConfig, group_baseline_bias, simulate
+from hadw.sim.engine import ARMS, SimResult, SimSettings, simulate
 
-__all__ = ["SimConfig", "group_baseline_bias", "simulate"]
+__all__ = ["ARMS", "SimResult", "SimSettings", "simulate"]
