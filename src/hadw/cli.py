@@ -29,7 +29,6 @@ COMMAND_MODULES: list[str] = [
     "hadw.experiments.cli",  # compare, demo, plot
     "hadw.theory.cli",  # bias
     "hadw.sim.cli",  # sim
-    "hadw.sim.cli",  # sim
     "hadw.data.cli",  # data list / download
 ]
 

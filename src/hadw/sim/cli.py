@@ -1,102 +1,111 @@
-"""`hadw sim`: GRPO ± HA-DW on a simulated prompt population with known success rates, over seeds."""
+"""`hadw sim`: GRPO ± HA-DW on simulated prompts with known success rates (see docs/sim.md)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from hadw.sim.simulate import ARMS, SimConfig, simulate, summarise
+from hadw.cli_lists import parse_floats, parse_ints
+from hadw.errors import UserError
 
 
-def _ci(d: dict) -> str:
-    return f"{d['mean']:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
+class SimInputError(UserError):
+    """A `hadw sim` option outside what the simulator allows."""
 
 
-def plot(summary: dict, path: Path) -> Path:
-    """Overall accuracy curve (mean and 95 % band per arm) + final per-bucket bars with error bars."""
-    from hadw.plotting import COLORS, save, subplots
-
-    fig, (ax_curve, ax_bars) = subplots(1, 2, figsize=(11, 4.2))
-    arms = list(summary["arms"])
-    width = 0.8 / max(len(arms), 1)
-    for i, arm in enumerate(arms):
-        e, color = summary["arms"][arm], COLORS[i % len(COLORS)]
-        steps = range(len(e["curve_mean"]))
-        ax_curve.plot(steps, e["curve_mean"], color=color, label=arm)
-        ax_curve.fill_between(steps, e["curve_low"], e["curve_high"], color=color, alpha=0.2)
-        means = [b["mean"] for b in e["final_bucket"]]
-        err = [[b["mean"] - b["low"] for b in e["final_bucket"]], [b["high"] - b["mean"] for b in e["final_bucket"]]]
-        xs = [k + (i - (len(arms) - 1) / 2) * width for k in range(len(means))]
-        ax_bars.bar(xs, means, width, yerr=err, color=color, label=arm, capsize=2)
-    ax_curve.set(xlabel="step", ylabel="mean true p (all prompts)", title="accuracy, mean ± 95 % CI over seeds")
-    ax_bars.set(xlabel="difficulty bucket (0 = hardest)", ylabel="final mean true p", title="final accuracy per bucket")
-    ax_curve.legend()
-    ax_bars.legend()
-    return save(fig, path)
+def _anchor_options(pairs: list[str]) -> dict[str, float | int]:
+    options: dict[str, float | int] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            options[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise SimInputError(f"--anchor-opt {pair!r}: expected KEY=NUMBER, e.g. k=10, eta=1.0, value=0.5")
+    return options
 
 
-def sim_cmd(
-    seeds: Annotated[int, typer.Option("--seeds", help="Number of seeds S (simulated in one batch).")] = 20,
-    prompts: Annotated[int, typer.Option("--prompts", help="Prompts N in the population.")] = 2000,
-    buckets: Annotated[int, typer.Option("--buckets", help="Difficulty buckets (equal-sized).")] = 5,
-    steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 200,
-    batch_prompts: Annotated[int, typer.Option("--batch-prompts", "-P", help="Prompts drawn per step P.")] = 64,
-    group_size: Annotated[int, typer.Option("--group-size", "-G", help="Responses per prompt G ≥ 2.")] = 8,
-    arms: Annotated[str, typer.Option("--arms", help=f"Comma-separated arms from {', '.join(ARMS)}.")] = ",".join(
-        ARMS
-    ),
-    anchor: Annotated[str, typer.Option("--anchor", help="HA-DW anchor: window, kalman, ema or fixed.")] = "window",
-    lam: Annotated[float, typer.Option("--lam", help="HA-DW scale λ.")] = 1.3,
-    estimator: Annotated[
-        str, typer.Option("--estimator", help="Advantage estimator: grpo, drgrpo, rloo, grpo_batch_std.")
-    ] = "grpo",
-    lr_skill: Annotated[float, typer.Option("--lr-skill", help="Learning rate of the shared skill s.")] = SimConfig.lr_skill,
-    lr_prompt: Annotated[
-        float, typer.Option("--lr-prompt", help="Learning rate of the per-prompt logits b_j.")
-    ] = SimConfig.lr_prompt,
-    bucket_low: Annotated[float, typer.Option("--bucket-low", help="Mean logit of the hardest bucket.")] = -3.0,
-    bucket_high: Annotated[float, typer.Option("--bucket-high", help="Mean logit of the easiest bucket.")] = 1.0,
-    noise: Annotated[float, typer.Option("--noise", help="Std of a prompt's logit around its bucket mean.")] = 0.5,
-    seed: Annotated[int, typer.Option("--seed", help="Base random seed (populations and sampling).")] = 0,
-    out: Annotated[Path, typer.Option("--out", "-o", help="PNG with the curves and per-bucket bars.")] = Path("sim.png"),
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the summary and curves here.")] = None,
+def sim(
+    arms: Annotated[
+        str, typer.Option("--arms", help="Comma-separated arms: grpo, grpo_lam, hadw, hadw_oracle, debiased; "
+                          "the first is the baseline of the paired differences.")
+    ] = "grpo,grpo_lam,hadw,hadw_oracle,debiased",
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-19 or 0,1,2.")] = "0-19",
+    steps: Annotated[int, typer.Option("--steps", help="Policy-gradient steps per run.")] = 300,
+    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (rollout batch = prompts × G).")] = 64,
+    group_size: Annotated[int, typer.Option("--group-size", help="G: responses per prompt.")] = 8,
+    level_prompts: Annotated[
+        str, typer.Option("--level-prompts", help="Prompts in each difficulty level, e.g. 1000,1000,1000.")
+    ] = "1000,1000,1000",
+    offsets: Annotated[
+        str, typer.Option("--offsets", help="Logit offset of each level (harder: lower), e.g. 1,-1.5,-4.")
+    ] = "1,-1.5,-4",
+    spread: Annotated[float, typer.Option("--spread", help="Std of the initial per-prompt logits.")] = 1.0,
+    lr: Annotated[float, typer.Option("--lr", help="SGD rate of the per-prompt logits.")] = 0.5,
+    skill_lr: Annotated[float, typer.Option("--skill-lr", help="SGD rate of the shared skill logit.")] = 0.0005,
+    lam: Annotated[float, typer.Option("--lam", help="λ of HA-DW (Φ = λ·exp(D·M)).")] = 1.3,
+    anchor: Annotated[
+        str, typer.Option("--anchor", help="Anchor kind from hadw.core.make_anchor (window, kalman, ema, fixed, ...).")
+    ] = "window",
+    anchor_opt: Annotated[
+        list[str], typer.Option("--anchor-opt", help="KEY=NUMBER option of the anchor, e.g. k=10 (repeat).")
+    ] = [],
+    eval_every: Annotated[int, typer.Option("--eval-every", help="Record the true accuracy every N steps.")] = 5,
+    plot_path: Annotated[Path, typer.Option("--plot", help="PNG of the learning curves.")] = Path("runs/sim/sim.png"),
+    json_path: Annotated[
+        str | None, typer.Option("--json", help="Write the results as JSON to this file ('-' = stdout).")
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads (the work is many small ops).")] = 1,
 ) -> None:
-    """Simulated GRPO ± HA-DW on prompts with known success rates p_j = sigmoid(s + b_j); exact Bernoulli groups."""
-    arm_list = [a.strip() for a in arms.split(",") if a.strip()]
-    bad = [a for a in arm_list if a not in ARMS]
-    if bad or not arm_list:
-        raise typer.BadParameter(f"unknown arm(s) {bad}; allowed: {', '.join(ARMS)}", param_hint="'--arms'")
-    if group_size < 2 or seeds < 1 or steps < 1 or not 1 <= batch_prompts <= prompts or buckets < 1:
-        raise typer.BadParameter("need -G ≥ 2, --seeds ≥ 1, --steps ≥ 1, 1 ≤ -P ≤ --prompts, --buckets ≥ 1")
-    cfg = SimConfig(seeds=seeds, prompts=prompts, buckets=buckets, steps=steps, batch_prompts=batch_prompts,
-                    group_size=group_size, lr_skill=lr_skill, lr_prompt=lr_prompt, bucket_low=bucket_low,
-                    bucket_high=bucket_high, noise=noise, estimator=estimator, anchor=anchor, lam=lam, seed=seed)
-    result = simulate(cfg, arm_list)
-    summary = summarise(result)
+    """Simulate GRPO ± HA-DW on prompts with known success rates; curves per difficulty level, over seeds."""
+    import torch
+    from rich.console import Console
+
+    from hadw.progress import Bar
+    from hadw.sim.engine import ARMS, SimSettings, simulate
+    from hadw.sim.report import plot, rich_table, to_json
+
+    arm_list = [a for a in arms.replace(" ", "").split(",") if a]
+    if not arm_list or any(a not in ARMS for a in arm_list):
+        raise SimInputError(f"--arms {arms!r}: allowed arms are {', '.join(ARMS)}")
+    settings = SimSettings(
+        prompts_per_level=parse_ints(level_prompts, "--level-prompts"),
+        level_offsets=parse_floats(offsets, "--offsets"),
+        prompt_spread=spread,
+        group_size=group_size,
+        prompts=prompts,
+        steps=steps,
+        lr=lr,
+        skill_lr=skill_lr,
+        lam=lam,
+        anchor=anchor,
+        anchor_options=_anchor_options(anchor_opt),
+        seeds=parse_ints(seeds, "--seeds"),
+        arms=arm_list,
+        eval_every=eval_every,
+    )
+    torch.set_num_threads(max(1, threads))
+    start = time.perf_counter()
+    try:
+        with Bar(steps * len(arm_list), "sim") as bar:
+            result = simulate(settings, progress=bar.update)
+    except (ValueError, TypeError) as err:  # bad settings or anchor options, found by the engine / make_anchor
+        raise SimInputError(f"hadw sim: {err}") from None
     console = Console()
-    console.print(f"simulated {seeds} seeds × {prompts} prompts × {steps} steps, arms {arm_list}: "
-                  f"{result.seconds:.1f} s")
-    table = Table(title=escape(f"final accuracy (mean true p), 95 % t interval over {seeds} seeds"))
-    for col in ["arm", "all", *(f"bucket {k}" for k in range(buckets))]:
-        table.add_column(escape(col), justify="right")
-    for arm, e in summary["arms"].items():
-        table.add_row(arm, _ci(e["final"]), *(_ci(b) for b in e["final_bucket"]))
-        if "diff" in e:
-            table.add_row(escape(f"{arm} − grpo"), _ci(e["diff"]["diff"]), *(_ci(d["diff"]) for d in e["diff_bucket"]))
-    console.print(table)
-    plot(summary, out)
-    console.print(f"wrote {out}")
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"summary": summary, **result.to_dict()}))
-        console.print(f"wrote {json_path}")
+    console.print(rich_table(result))
+    png = plot(result, plot_path)
+    console.print(f"{time.perf_counter() - start:.1f} s; curves: {png}")
+    if json_path == "-":
+        typer.echo(json.dumps(to_json(result), indent=1))
+    elif json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(to_json(result), indent=1) + "\n", encoding="utf-8")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sim")(sim_cmd)
+    app.command("sim")(sim)
