@@ -7,11 +7,16 @@ exactly batch x max_new_tokens tokens. Runs alternate (ours, generate, ours, ...
 both alike; min / median / max over the runs are reported, by wall time and by process CPU time (on a
 shared machine the CPU-time figures are the stable ones). The model's shape is printed.
 
-Tried and measured (1 thread, tiny and 5.6 M models, CPU time), not adopted: a preallocated KV cache
-(views into one buffer instead of DynamicCache's growing torch.cat) gave the same CPU time per step,
-and torch.compile of the decode step over transformers' StaticCache took ~110 s to compile and was
-not faster once warm (8.4-9.3 ms/step eager vs 11.1 compiled, tiny model, 64 rows). Per-op overhead
-inside the transformers forward, not the cache, bounds decoding here (see benchmarks/roofline.py).
+`--decoder` picks HFRolloutEngine's decoder (auto = fused on a CPU for Llama / Qwen2; hf = transformers'
+forward). What made decoding faster (1 thread, CPU time; benchmarks/roofline.py has the figures):
+one prefill per distinct prompt instead of per row (the G samples of a group share it), inverse-CDF
+sampling (one uniform per row; torch.multinomial drew 260 exponentials per row, ~0.4 ms a step), and
+FusedDecoder (~16 ops per layer instead of ~40). Tried and not adopted: a preallocated cache under
+transformers' forward (same CPU time per step); torch.compile of transformers' decode step over
+StaticCache (~110 s to compile, not faster once warm: 11.1 vs 8.4-9.3 ms/step) and of FusedDecoder.step
+(recompiles as the cache grows unless shapes are padded; the fusable elementwise ops are < 15 % of a
+step, so it cannot pay for its compile time in a 100-step run). What is left is memory-bound: the
+attention's many small per-row matrices and the weights stream from L3/DRAM each step.
 
 Then one instrumented run of each splits a decoding step into model forward vs the rest (sampling +
 bookkeeping), and a torch.profiler run splits our "rest".
@@ -91,6 +96,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
+    ap.add_argument("--decoder", default="auto", choices=["auto", "fused", "hf"], help="HFRolloutEngine decoder")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,7 +112,7 @@ def main() -> None:
     rows = [p for p in prompts for _ in range(args.n)]
     steps, n_rows = args.new_tokens, len(rows)
     enc = tok.pad({"input_ids": rows}, return_tensors="pt").to(device)
-    engine = HFRolloutEngine(model, tok)
+    engine = HFRolloutEngine(model, tok, decoder=args.decoder)
     params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=steps, ignore_eos=True, seed=0)
 
     def ours():
@@ -128,7 +134,8 @@ def main() -> None:
         f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} q/kv heads, MLP {cfg.intermediate_size}, vocab "
         f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params, {args.dtype} on {device}, "
         f"{torch.get_num_threads()} threads | batch {args.batch_prompts} prompts x n={args.n} = {n_rows} rows, "
-        f"{steps} new tokens each, prompt width {enc['input_ids'].shape[1]}"
+        f"{steps} new tokens each, prompt width {enc['input_ids'].shape[1]} | decoder {args.decoder} "
+        f"(fused in use: {engine.uses_fused()})"
     )
     for fn in runs.values():  # warm-up
         fn()
@@ -174,10 +181,10 @@ def main() -> None:
     labelled = {e.key: e.cpu_time_total / 1e3 for e in prof.key_averages() if e.key.startswith("rollout/")}
     outside = total * 1e3 - sum(labelled.values())
     print("  HFRolloutEngine breakdown (torch.profiler, CPU-side time, profiler overhead included):")
-    for key in ("rollout/forward", "rollout/sample", "rollout/bookkeeping"):
+    for key in ("rollout/prefill", "rollout/forward", "rollout/sample", "rollout/bookkeeping"):
         ms = labelled.get(key, 0.0)
         print(f"    {key:22s} {ms / steps:7.3f} ms/step  ({100 * ms / (total * 1e3):4.1f}%)")
-    print(f"    {'outside the loop':22s} {outside:7.3f} ms total  (padding, prefill setup, decode to text)")
+    print(f"    {'outside the loop':22s} {outside:7.3f} ms total  (padding, decoder setup, decode to text)")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@
    over a few sizes (the peak is what the hardware gives the best-shaped matmul).
 2. Memory bandwidth (GB/s): `copy_` of a 256 MiB tensor, counting bytes read + written.
 3. For the tiny model (~0.8 M) and a ~5.6 M model (shapes printed): decode tokens/s with
-   HFRolloutEngine, and one optimiser step (teacher-forced log-probs + GRPO loss + backward + AdamW),
-   each as achieved GFLOP/s and as a fraction of the 1-thread matmul peak (both run at 1 thread).
+   HFRolloutEngine's two decoders, measured alternately in one run (`hf`: transformers' forward with a
+   DynamicCache; `fused`: hadw's FusedDecoder, the default on a CPU), and one optimiser step
+   (teacher-forced log-probs + GRPO loss + backward + AdamW), each as achieved GFLOP/s and as a
+   fraction of the 1-thread matmul peak (both run at 1 thread).
 
 FLOPs counted: 2 per weight per token for a forward (LM head included, embedding lookup not), plus
 attention's 4·layers·hidden·context per token; a training step is 3× its forward (forward + backward).
@@ -52,9 +54,23 @@ def spread(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[fl
     return walls, cpus
 
 
-def fmt(values: list[float], scale: float = 1.0) -> str:
+def spread_alternating(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[list, list]]:
+    """Like `spread` for several functions, run in turn each round so that load drifts hit all alike."""
+    for fn in fns.values():
+        fn()
+    out: dict[str, tuple[list, list]] = {name: ([], []) for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            out[name][0].append(time.perf_counter() - w)
+            out[name][1].append(time.process_time() - c)
+    return out
+
+
+def fmt(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     vals = sorted(scale * v for v in values)
-    return f"{vals[0]:8.1f} / {statistics.median(vals):8.1f} / {vals[-1]:8.1f}"
+    return " / ".join(f"{v:8.{digits}f}" for v in (vals[0], statistics.median(vals), vals[-1]))
 
 
 def matmul_peak(threads: int, repeats: int) -> tuple[int, list[float], list[float]]:
@@ -96,12 +112,14 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
         model, tok = load_model(build_tiny_model(tmp, **shape), device="cpu")
     cfg = model.config
     prompts = [[4 + (i * 7 + j) % 200 for j in range(PROMPT_LEN)] for i in range(ROWS // 8)]
-    engine = HFRolloutEngine(model, tok)
+    engines = {name: HFRolloutEngine(model, tok, decoder=name) for name in ("hf", "fused")}
     params = SamplingParams(n=8, max_new_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
-    batch = engine.generate(prompts, params)
+    batch = engines["fused"].generate(prompts, params)
 
     decode_flop = ROWS * NEW_TOKENS * model_flops_per_token(model, PROMPT_LEN + NEW_TOKENS / 2)
-    d_wall, d_cpu = spread(lambda: engine.generate(prompts, params), repeats)
+    decode = spread_alternating(
+        {name: (lambda e=e: e.generate(prompts, params)) for name, e in engines.items()}, repeats
+    )
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -123,7 +141,7 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
     def line(what, flop, walls, cpus, unit_count, unit):
         gf_cpu = [flop / c / 1e9 for c in cpus]
         return (
-            f"  {name:5s} {what:11s} {unit:8s} by wall {fmt([unit_count / w for w in walls])}, by CPU "
+            f"  {name:5s} {what:12s} {unit:8s} by wall {fmt([unit_count / w for w in walls])}, by CPU "
             f"{fmt([unit_count / c for c in cpus])} | GFLOP/s by CPU {fmt(gf_cpu)} = % of peak "
             f"{fmt([100 * g / peak for g in gf_cpu])}"
         )
@@ -134,9 +152,12 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
         f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params; {ROWS} rows, prompt {PROMPT_LEN}, "
         f"{NEW_TOKENS} new tokens"
     )
+    speedup = [h / f for h, f in zip(decode["hf"][1], decode["fused"][1], strict=True)]  # same round
     return [
         header,
-        line("decode", decode_flop, d_wall, d_cpu, ROWS * NEW_TOKENS, "tokens/s"),
+        line("decode hf", decode_flop, *decode["hf"], ROWS * NEW_TOKENS, "tokens/s"),
+        line("decode fused", decode_flop, *decode["fused"], ROWS * NEW_TOKENS, "tokens/s"),
+        f"  {name:5s} fused / hf tokens per CPU-second, round by round: {fmt(speedup, digits=2)} (min / median / max)",
         line("train step", train_flop, t_wall, t_cpu, 1, "steps/s"),
     ]
 

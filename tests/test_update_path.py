@@ -64,5 +64,5 @@ def test_recompute_logprobs_is_an_explicit_choice(tiny_path, tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(trainer, "_score", lambda model, data: calls.append(model) or data.old_logprobs)
     trainer._minibatch_source(rollout.batch, torch.zeros(len(rollout.batch)))
-    assert bool(calls) == recomputed  # float32: auto trusts the sampler's log-probs (equal bit for bit)
+    assert bool(calls) == recomputed  # float32: auto trusts the sampler's log-probs (equal to ~1e-6)
     assert _trainer(tiny_path, tmp_path / "bf", "model.compute_dtype=bfloat16")._recompute_logprobs

@@ -8,13 +8,16 @@ Typical use (tests/test_rollout.py has more):
 """
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine
-from hadw.rollout.engine import ENGINES, HFRolloutEngine, make_engine
+from hadw.rollout.engine import DECODERS, ENGINES, HFRolloutEngine, make_engine
+from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.logprobs import compute_logprobs, position_ids_from_mask, token_logprobs_from_logits
 from hadw.rollout.models import build_tiny_model, build_tiny_tokenizer, load_model
 from hadw.rollout.sampling import SamplingParams, sample_next_token, top_k_filter, top_p_filter
 
 __all__ = [
+    "DECODERS",
     "ENGINES",
+    "FusedDecoder",
     "HFRolloutEngine",
     "RolloutBatch",
     "RolloutEngine",
@@ -22,6 +25,7 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "compute_logprobs",
+    "fused_unsupported",
     "load_model",
     "make_engine",
     "position_ids_from_mask",

@@ -21,6 +21,7 @@ from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, 
 from hadw.core.anchors import BASE_ANCHORS
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.errors import UserError
+from hadw.rollout import DECODERS
 
 
 class ConfigError(UserError, ValueError):
@@ -113,7 +114,7 @@ class RewardConfig:
 class RolloutConfig:
     # Re-score the sampled responses under the policy before the update (the old log-probs of the
     # ratio): auto = only when model.compute_dtype is not float32 (in float32 the sampler's log-probs
-    # equal a teacher-forced re-scoring bit for bit, so recomputing would cost a forward for nothing)
+    # equal a teacher-forced re-scoring to ~1e-6, so recomputing would cost a forward for nothing)
     # | always | never. TRL and verl always recompute with a vLLM rollout.
     recompute_logprobs: str = "auto"
     group_size: int = 8  # G responses per prompt; the paper uses 8
@@ -122,6 +123,10 @@ class RolloutConfig:
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
+    # How tokens after the prompt are decoded: auto (hadw's fused loop for Llama / Qwen2 on a CPU, where
+    # per-op overhead bounds speed; transformers' forward elsewhere) | fused | hf (transformers' forward).
+    # Same samples either way up to float rounding (log-probs agree to ~1e-6); benchmarks/roofline.py.
+    decoder: str = "auto"
 
 
 @dataclass
@@ -441,6 +446,7 @@ def validate(cfg: Config) -> None:
     _check_template(cfg.data.template)
     _check_data_fields(cfg.data)
     _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
+    _choice("rollout.decoder", r.decoder, DECODERS)
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)

@@ -125,6 +125,7 @@ RESUME_FREE_KEYS = (
     "data.data_dir",
     "model.device",
     "rollout.max_batch_size",
+    "rollout.decoder",
     "reward.timeout_s",
 )
 RESUME_FREE_SECTIONS = ("logging.", "checkpoint.")

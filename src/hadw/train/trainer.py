@@ -170,8 +170,10 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
-        self.engine = HFRolloutEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
-        # Sampled log-probs equal a teacher-forced re-scoring bit for bit in float32 (see rollout.engine);
+        self.engine = HFRolloutEngine(
+            model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
+        )
+        # Sampled log-probs equal a teacher-forced re-scoring to ~1e-6 in float32 (tests/test_rollout.py);
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
         recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
         self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)

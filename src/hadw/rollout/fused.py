@@ -1,0 +1,168 @@
+"""FusedDecoder: the one-token decode step of a Llama / Qwen2 model in ~16 torch ops per layer.
+
+Why: on a CPU a small model's decode step is bound by per-op overhead, not by FLOPs. transformers'
+forward spends ~40 ops per layer (separate q/k/v and gate/up projections, rotate_half built from
+slices and a cat, a growing DynamicCache that copies every step, a causal mask rebuilt every step).
+This module runs the same maths on the same weights with fewer, larger ops:
+
+    per layer:  rms_norm -> one fused q|k|v linear -> RoPE on q and k together (index_select + addcmul)
+                -> write k, v into a preallocated cache -> attention (baddbmm, softmax, bmm; the g query
+                heads that share a kv head ride in one matrix, so no repeat_kv) -> o_proj + residual in
+                one addmm -> rms_norm -> one fused gate|up linear -> silu * up -> down + residual (addmm)
+
+The prefill still runs through transformers (once per batch), whose cache is copied into the buffers.
+The fused weights are concatenated copies made once per `generate` call (the trainer changes the
+weights between calls). Results equal transformers' up to float rounding; tests check the sampled
+log-probs against a teacher-forced re-scoring (`compute_logprobs`) to 1e-5 and greedy tokens exactly.
+
+Supported: `LlamaForCausalLM` / `Qwen2ForCausalLM` with plain `nn.Linear` layers, SiLU MLP, full
+attention on every layer (no sliding window); any RoPE type (the model's own rotary module computes
+cos/sin). Anything else (PEFT-wrapped, quantised, other architectures) -> `fused_unsupported` says why
+and the engine uses transformers' forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SUPPORTED_TYPES = ("llama", "qwen2")
+
+
+def fused_unsupported(model: nn.Module) -> str | None:
+    """None if FusedDecoder can run `model`, else a short reason why not."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
+        return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_TYPES}"
+    if type(model).__name__ not in ("LlamaForCausalLM", "Qwen2ForCausalLM"):
+        return f"{type(model).__name__} is not LlamaForCausalLM / Qwen2ForCausalLM (wrapped or subclassed)"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {cfg.hidden_act!r} is not 'silu'"
+    if any(kind != "full_attention" for kind in getattr(cfg, "layer_types", None) or []):
+        return "a layer uses sliding-window attention"
+    if getattr(cfg, "use_sliding_window", False):
+        return "use_sliding_window is on"
+    for name, module in model.named_modules():
+        if name.endswith(("_proj", "lm_head")) and type(module) is not nn.Linear:
+            return f"{name} is a {type(module).__name__}, not a plain nn.Linear"
+    return None
+
+
+def _cat_weights(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row-concatenated weight [sum(out), in] and bias (None when no layer has one)."""
+    weight = torch.cat([lin.weight for lin in linears])
+    if all(lin.bias is None for lin in linears):
+        return weight, None
+    biases = [lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears]
+    return weight, torch.cat(biases)
+
+
+@dataclass
+class _Layer:
+    norm_in: torch.Tensor  # [H]
+    qkv_w: torch.Tensor  # [(nh + 2 nkv) D, H]
+    qkv_b: torch.Tensor | None
+    o_w_t: torch.Tensor  # [nh D, H]  (transposed view, for addmm)
+    o_b: torch.Tensor | None
+    norm_post: torch.Tensor  # [H]
+    gate_up_w: torch.Tensor  # [2 I, H]
+    gate_up_b: torch.Tensor | None
+    down_w_t: torch.Tensor  # [I, H]
+    down_b: torch.Tensor | None
+
+
+class FusedDecoder:
+    """Decode state for one batch: fused weights, preallocated KV cache, padding bias.
+
+    Build it after transformers' prefill with that prefill's cache; then call `step` once per token.
+    Shapes: B rows, P prompt columns (left-padded), N = max new tokens, H hidden, D head dim.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, model: nn.Module, prefill_cache, prompt_mask: torch.Tensor, max_new_tokens: int):
+        cfg = model.config
+        core = model.model
+        self.model = model
+        self.eps = cfg.rms_norm_eps
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.scale = self.head_dim**-0.5
+        self.inter = cfg.intermediate_size
+        self.embed = core.embed_tokens.weight  # [V, H]
+        self.final_norm = core.norm.weight
+        self.lm_head = model.lm_head
+        self.layers = [self._fuse(layer) for layer in core.layers]
+
+        batch, prompt_len = prompt_mask.shape
+        total = prompt_len + max_new_tokens
+        d, kv = self.head_dim, self.num_kv
+        # K and V of every layer in one buffer: [L, 2, B * nkv, T, D]; rows x kv-heads flattened for bmm.
+        dtype = self.embed.dtype
+        # Columns are read only once written (prefill or step), so the buffer needs no zero fill.
+        self.cache = self.embed.new_empty((len(self.layers), 2, batch * kv, total, d), dtype=dtype)
+        for i, layer in enumerate(prefill_cache.layers):
+            self.cache[i, 0, :, :prompt_len] = layer.keys.reshape(batch * kv, prompt_len, d)
+            self.cache[i, 1, :, :prompt_len] = layer.values.reshape(batch * kv, prompt_len, d)
+        # Additive attention bias over cache columns: -inf on the prompt's left padding, 0 elsewhere.
+        bias = torch.zeros((batch, total), dtype=torch.float32, device=prompt_mask.device)
+        bias[:, :prompt_len].masked_fill_(prompt_mask == 0, float("-inf"))
+        self.bias = bias.repeat_interleave(kv, dim=0)[:, None, :].to(dtype)  # [B * nkv, 1, T]
+        self.length = prompt_len  # cache columns filled
+        self.half = d // 2
+        sign = torch.ones(d, dtype=dtype, device=prompt_mask.device)
+        sign[: self.half] = -1
+        self.rope_sign = sign
+
+    @staticmethod
+    def _fuse(layer: nn.Module) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv_w, qkv_b = _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)
+        gate_up_w, gate_up_b = _cat_weights(mlp.gate_proj, mlp.up_proj)
+        return _Layer(
+            norm_in=layer.input_layernorm.weight,
+            qkv_w=qkv_w,
+            qkv_b=qkv_b,
+            o_w_t=attn.o_proj.weight.t(),
+            o_b=attn.o_proj.bias,
+            norm_post=layer.post_attention_layernorm.weight,
+            gate_up_w=gate_up_w,
+            gate_up_b=gate_up_b,
+            down_w_t=mlp.down_proj.weight.t(),
+            down_b=mlp.down_proj.bias,
+        )
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row. tokens, positions: [B] long. Returns next-token logits [B, V]."""
+        batch = tokens.shape[0]
+        nh, kv, d = self.num_heads, self.num_kv, self.head_dim
+        group = nh // kv
+        col = self.length
+        self.length += 1
+        h = F.embedding(tokens, self.embed)  # [B, H]
+        cos, sin = self.model.model.rotary_emb(h[:, None, :], positions[:, None])  # [B, 1, D] each
+        sin = sin * self.rope_sign  # rotate_half(x) * sin == x.roll(D/2) * (sign * sin): one op, no cat
+        bias = self.bias[:, :, : col + 1]  # [B * nkv, 1, col + 1]
+        for i, w in enumerate(self.layers):
+            x = F.rms_norm(h, (h.shape[-1],), w.norm_in, self.eps)
+            qkv = F.linear(x, w.qkv_w, w.qkv_b)  # [B, (nh + 2 nkv) D]
+            qk = qkv[:, : (nh + kv) * d].view(batch, nh + kv, d)
+            qk = torch.addcmul(qk * cos, qk.roll(self.half, -1), sin)  # RoPE on q and k at once
+            keys, values = self.cache[i, 0], self.cache[i, 1]  # [B * nkv, T, D]
+            keys[:, col] = qk[:, nh:].reshape(batch * kv, d)
+            values[:, col] = qkv[:, (nh + kv) * d :].reshape(batch * kv, d)
+            q = qk[:, :nh].reshape(batch * kv, group, d)  # the g heads sharing a kv head: one matrix
+            scores = torch.baddbmm(bias, q, keys[:, : col + 1].transpose(1, 2), alpha=self.scale)
+            probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)  # [B * nkv, g, col + 1]
+            attn = torch.bmm(probs, values[:, : col + 1]).view(batch, nh * d)
+            h = torch.addmm(h, attn, w.o_w_t) if w.o_b is None else torch.addmm(h + w.o_b, attn, w.o_w_t)
+            x = F.rms_norm(h, (h.shape[-1],), w.norm_post, self.eps)
+            gate_up = F.linear(x, w.gate_up_w, w.gate_up_b)  # [B, 2 I]
+            act = F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter :]
+            h = torch.addmm(h, act, w.down_w_t) if w.down_b is None else torch.addmm(h + w.down_b, act, w.down_w_t)
+        h = F.rms_norm(h, (h.shape[-1],), self.final_norm, self.eps)
+        return self.lm_head(h)  # [B, V]
