@@ -60,6 +60,15 @@ def _cat_weights(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None
     return weight, torch.cat(biases)
 
 
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis. torch's CPU kernel runs rows shorter than one vector register (16
+    floats) ~3x slower than these four ops (measured: 121 vs 37 us for [256, 2, 12]); longer rows use it."""
+    if scores.shape[-1] >= 16 or scores.device.type != "cpu":
+        return scores.softmax(dim=-1)
+    e = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+    return e.div_(e.sum(dim=-1, keepdim=True))
+
+
 @dataclass
 class _Layer:
     norm_in: torch.Tensor  # [H]
@@ -85,7 +94,6 @@ class FusedDecoder:
     def __init__(self, model: nn.Module, prefill_cache, prompt_mask: torch.Tensor, max_new_tokens: int):
         cfg = model.config
         core = model.model
-        self.model = model
         self.eps = cfg.rms_norm_eps
         self.num_heads = cfg.num_attention_heads
         self.num_kv = cfg.num_key_value_heads
@@ -112,10 +120,14 @@ class FusedDecoder:
         bias[:, :prompt_len].masked_fill_(prompt_mask == 0, float("-inf"))
         self.bias = bias.repeat_interleave(kv, dim=0)[:, None, :].to(dtype)  # [B * nkv, 1, T]
         self.length = prompt_len  # cache columns filled
+        # RoPE tables for every position this batch can reach, from the model's own rotary module (so any
+        # rope_type / scaling applies); rotate_half(x) * sin == x.roll(D/2) * (sign * sin): one op, no cat.
         self.half = d // 2
-        sign = torch.ones(d, dtype=dtype, device=prompt_mask.device)
+        positions = torch.arange(int(prompt_mask.sum(1).max()) + max_new_tokens, device=prompt_mask.device)
+        cos, sin = core.rotary_emb(self.embed[:1][None], positions[None])  # [1, positions, D] each
+        sign = torch.ones(d, dtype=cos.dtype, device=cos.device)
         sign[: self.half] = -1
-        self.rope_sign = sign
+        self.cos, self.sin = cos[0], sin[0] * sign  # [positions, D]
 
     @staticmethod
     def _fuse(layer: nn.Module) -> _Layer:
@@ -144,8 +156,7 @@ class FusedDecoder:
         col = self.length
         self.length += 1
         h = F.embedding(tokens, self.embed)  # [B, H]
-        cos, sin = self.model.model.rotary_emb(h[:, None, :], positions[:, None])  # [B, 1, D] each
-        sin = sin * self.rope_sign  # rotate_half(x) * sin == x.roll(D/2) * (sign * sin): one op, no cat
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D] each
         bias = self.bias[:, :, : col + 1]  # [B * nkv, 1, col + 1]
         for i, w in enumerate(self.layers):
             x = F.rms_norm(h, (h.shape[-1],), w.norm_in, self.eps)
@@ -157,7 +168,7 @@ class FusedDecoder:
             values[:, col] = qkv[:, (nh + kv) * d :].reshape(batch * kv, d)
             q = qk[:, :nh].reshape(batch * kv, group, d)  # the g heads sharing a kv head: one matrix
             scores = torch.baddbmm(bias, q, keys[:, : col + 1].transpose(1, 2), alpha=self.scale)
-            probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)  # [B * nkv, g, col + 1]
+            probs = _softmax(scores)  # [B * nkv, g, col + 1]
             attn = torch.bmm(probs, values[:, : col + 1]).view(batch, nh * d)
             h = torch.addmm(h, attn, w.o_w_t) if w.o_b is None else torch.addmm(h + w.o_b, attn, w.o_w_t)
             x = F.rms_norm(h, (h.shape[-1],), w.norm_post, self.eps)
