@@ -10,7 +10,6 @@ Each step is tagged with torch.profiler.record_function ("rollout/forward", "rol
 
 from __future__ import annotations
 
-import inspect
 import secrets
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
-from hadw.rollout.logprobs import position_ids_from_mask
+from hadw.rollout.logprobs import cache_kwarg, position_ids_from_mask, prompt_groups
 from hadw.rollout.sampling import SamplingParams, sample_next_token
 
 
@@ -69,9 +68,7 @@ class HFRolloutEngine:
         if self.pad_id is None:
             raise ValueError("HFRolloutEngine: tokenizer has neither pad_token_id nor eos_token_id")
         self.eos_ids = eos_token_ids(model, tokenizer)
-        # transformers 5 renamed forward(past_key_values=...) to forward(cache=...).
-        forward_args = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._cache_arg = cache_kwarg(model)
 
     def uses_fused(self) -> bool:
         """Whether the decode steps run through FusedDecoder (decided per call: the device may change)."""
@@ -136,10 +133,7 @@ class HFRolloutEngine:
         Rows arrive in groups of identical prompts (n samples each), so each distinct prompt is run once
         and its cache rows are shared by its group (as vLLM's prefix caching would): 1/n of the prefill.
         """
-        rows = torch.cat([prompt_ids, prompt_mask.long()], dim=1)
-        _, inverse = torch.unique_consecutive(rows, dim=0, return_inverse=True)
-        first = torch.zeros(int(inverse[-1]) + 1, dtype=torch.long, device=rows.device)
-        first.scatter_reduce_(0, inverse, torch.arange(len(rows), device=rows.device), "amin", include_self=False)
+        first, inverse = prompt_groups(prompt_ids, prompt_mask)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
             input_ids=prompt_ids[first],

@@ -7,14 +7,81 @@ temperature is the sampling one (see sampling.py for the log-prob convention).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """[N, L] 0/1 mask -> [N, L] long positions, counting real tokens only (pads get 0)."""
     positions = attention_mask.long().cumsum(dim=-1) - 1
     return positions.masked_fill(attention_mask == 0, 0)
+
+
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs of identical (left-padded) prompt rows: (first [U] row of each run, inverse [N] row -> run).
+
+    prompt_*: [N, P]. Rows of a group (the G samples of one prompt) are adjacent in every batch hadw
+    builds, so consecutive runs find them; a repeated prompt elsewhere is a separate run (still correct).
+    """
+    rows = torch.cat([prompt_ids, prompt_mask.long()], dim=1)
+    _, inverse = torch.unique_consecutive(rows, dim=0, return_inverse=True)
+    first = torch.zeros(int(inverse[-1]) + 1, dtype=torch.long, device=rows.device)
+    first.scatter_reduce_(0, inverse, torch.arange(len(rows), device=rows.device), "amin", include_self=False)
+    return first, inverse
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward's name for a KV cache: transformers 5 renamed `past_key_values` to `cache`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _has_dropout(model: torch.nn.Module) -> bool:
+    return model.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _response_logits_shared_prompts(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+) -> torch.Tensor | None:
+    """Logits [N, R, V] predicting the R response tokens, running each distinct prompt once.
+
+    The prompt's forward (with its gradient) is shared by its group's rows through the KV cache, which
+    index_select expands to every row (differentiable), then the responses run on top of it. The maths
+    is the one-pass forward's; the prompt columns cost 1/G. Returns None when nothing is shared or it
+    cannot apply (gradient checkpointing turns the cache off; active dropout would be shared too).
+    """
+    prompt_len = input_ids.shape[1] - response_len
+    first, inverse = prompt_groups(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.x spelling
+    if checkpointing is None:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if len(first) == len(inverse) or checkpointing or _has_dropout(model):
+        return None
+    positions = position_ids_from_mask(attention_mask)
+    cache = DynamicCache(config=model.config)
+    with_cache = {cache_kwarg(model): cache}
+    head = model(
+        input_ids=input_ids[first, :prompt_len],
+        attention_mask=attention_mask[first, :prompt_len],
+        position_ids=positions[first, :prompt_len],
+        use_cache=True,
+        logits_to_keep=1,
+        **with_cache,
+    ).logits  # [U, 1, V]: predicts response token 0
+    if response_len == 1:
+        return head[inverse]
+    for layer in cache.layers:
+        layer.reorder_cache(inverse)  # [U, ...] -> [N, ...]
+    # The last response token predicts nothing we score: feed tokens 0 .. R-2.
+    rest = model(
+        input_ids=input_ids[:, prompt_len:-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=positions[:, prompt_len:-1],
+        use_cache=True,
+        **with_cache,
+    ).logits  # [N, R - 1, V]
+    return torch.cat([head[inverse], rest], dim=1)
 
 
 def token_logprobs_from_logits(
@@ -59,6 +126,7 @@ def compute_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     entropy_grad: bool = False,
+    share_prompts: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of the last R tokens of each row under `model` (differentiable).
 
@@ -70,6 +138,9 @@ def compute_logprobs(
 
     Memory: the LM head runs on the R + 1 last positions only (`logits_to_keep`), and the vocabulary
     axis is reduced with gather/logsumexp; micro-batch N upstream to bound activations.
+    share_prompts: run each run of identical prompt rows once (`_response_logits_shared_prompts`); same
+    values and gradients up to float rounding, prompt columns at 1/G of the cost. Needs a model whose
+    forward takes a transformers Cache (`past_key_values`).
     """
     response_len = response_mask if isinstance(response_mask, int) else response_mask.shape[1]
     if not 0 < response_len < input_ids.shape[1]:
@@ -78,15 +149,17 @@ def compute_logprobs(
             f"(input_ids has {input_ids.shape[1]} columns and needs at least one prompt token)"
         )
     temperature = temperature if temperature > 0 else 1.0
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-        logits_to_keep=response_len + 1,
-    )
-    # The logit at position j predicts token j + 1: drop the last one (it predicts past the end).
-    logits = out.logits[:, :-1, :]
+    logits = _response_logits_shared_prompts(model, input_ids, attention_mask, response_len) if share_prompts else None
+    if logits is None:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+            logits_to_keep=response_len + 1,
+        )
+        # The logit at position j predicts token j + 1: drop the last one (it predicts past the end).
+        logits = out.logits[:, :-1, :]
     tokens = input_ids[:, -response_len:]
     logprobs, entropy = token_logprobs_from_logits(
         logits, tokens, temperature, with_entropy=return_entropy, entropy_grad=entropy_grad

@@ -503,6 +503,7 @@ class Trainer:
             self.cfg.rollout.temperature,
             return_entropy=with_entropy,
             entropy_grad=bool(self.loss_spec.entropy_coef),  # an entropy bonus needs its gradient; a metric does not
+            share_prompts=True,  # a group's G rows share one prompt forward (mini-batches keep groups together)
         )
 
     def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
