@@ -37,7 +37,7 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, load_model
+from hadw.rollout import FusedDecoder, HFRolloutEngine, SamplingParams, build_tiny_model, load_model
 
 QUESTIONS = ["1+1=", "What is 12*3? Put the answer in \\boxed{}.", "Simplify 6/8.", "x^2 = 49, x > 0; x ="]
 
@@ -61,11 +61,21 @@ def timed_both(fn: Callable[[], object], device: torch.device) -> tuple[float, f
 
 
 class ForwardTimer:
-    """Wall time spent inside model.forward (hooks on the top module), synchronised on CUDA."""
+    """Wall time spent inside model.forward (hooks on the top module) and FusedDecoder.step (the fused
+    decoder's forward, which bypasses the module), synchronised on CUDA."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.total, self.calls, self._start, self.device = 0.0, 0, 0.0, device
         self._handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
+        self._step = FusedDecoder.step
+
+        def timed_step(decoder, *args, **kwargs):
+            self._pre()
+            out = self._step(decoder, *args, **kwargs)
+            self._post()
+            return out
+
+        FusedDecoder.step = timed_step
 
     def _pre(self, *_):
         sync(self.device)
@@ -79,6 +89,7 @@ class ForwardTimer:
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
+        FusedDecoder.step = self._step
 
 
 def main() -> None:
@@ -172,7 +183,7 @@ def main() -> None:
         print(
             f"  {name:16s} total {1e3 * total / steps:6.2f} ms/step = forward {1e3 * timer.total / steps:6.2f} "
             f"({100 * timer.total / total:4.1f}%) + sampling & bookkeeping {1e3 * rest / steps:6.2f} "
-            f"({100 * rest / total:4.1f}%)  [{timer.calls} forward calls]"
+            f"({100 * rest / total:4.1f}%)  [{timer.calls} forward calls, fused steps included]"
         )
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

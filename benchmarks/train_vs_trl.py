@@ -14,6 +14,11 @@ and the versions, are printed. Two recipes, each timed per rollout batch (genera
   equal work  1 optimiser step per rollout batch on both sides, so both do one generation, one
               forward + backward and no old-log-prob pass (TRL skips it when generation and steps align).
 
+Where hadw's edge at equal work comes from (same passes, same maths): the G rows of a group share one
+prompt forward, in generation (one prefill per distinct prompt) and in the update (the prompt's KV cache
+is expanded to the group's rows with its gradient: `compute_logprobs(share_prompts=True)`); with prompts
+longer than the answers, as here, that is most of the update's tokens. Then FusedDecoder's decode step.
+
 Runs alternate (hadw, TRL, hadw, TRL, ... for each recipe) so machine load hits both alike. Each run's
 time is the median over its timed rollout batches (the first batch is warm-up); the table gives min /
 median / max over runs, wall and process CPU time, and the speed-up of each side-by-side pair.
@@ -51,11 +56,23 @@ RECIPES = {"natural": 2, "equal work": 1}
 def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
     """Median (wall, CPU) seconds per rollout batch over `batches` timed batches."""
     overrides = [
-        f"model.path={model_dir}", "data.source=task:addition", "data.levels=[1,2,3]", "data.template=plain",
-        "data.chat_template=never", "reward.functions=[exact]", "reward.correctness=exact",
-        f"rollout.group_size={G}", f"rollout.max_new_tokens={NEW_TOKENS}", f"train.prompts_per_step={PROMPTS}",
-        f"train.mini_batch_prompts={PROMPTS // opt_steps}", f"optim.lr={LR}", "optim.warmup_steps=0",
-        "optim.weight_decay=0.0", f"train.output_dir={out}", "logging.progress=false", "logging.sample_every=0",
+        f"model.path={model_dir}",
+        "data.source=task:addition",
+        "data.levels=[1,2,3]",
+        "data.template=plain",
+        "data.chat_template=never",
+        "reward.functions=[exact]",
+        "reward.correctness=exact",
+        f"rollout.group_size={G}",
+        f"rollout.max_new_tokens={NEW_TOKENS}",
+        f"train.prompts_per_step={PROMPTS}",
+        f"train.mini_batch_prompts={PROMPTS // opt_steps}",
+        f"optim.lr={LR}",
+        "optim.warmup_steps=0",
+        "optim.weight_decay=0.0",
+        f"train.output_dir={out}",
+        "logging.progress=false",
+        "logging.sample_every=0",
         "hadw.enabled=true",
     ]
     trainer = Trainer(load_config(None, overrides))
@@ -89,12 +106,28 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
         return [exact_item(c, a) for c, a in zip(completions, answer, strict=True)]
 
     args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=PROMPTS * G // opt_steps, steps_per_generation=opt_steps,
-        num_generations=G, max_completion_length=NEW_TOKENS, temperature=1.0, learning_rate=LR,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, beta=0.0, num_iterations=1,
-        max_steps=opt_steps * (batches + 1), report_to=[], use_cpu=True, logging_steps=1000, save_strategy="no",
-        seed=0, disable_tqdm=True, shuffle_dataset=False,
-        bf16=False, gradient_checkpointing=False,  # a CPU's best: fp32 matmuls, no activation recomputation
+        output_dir=str(out),
+        per_device_train_batch_size=PROMPTS * G // opt_steps,
+        steps_per_generation=opt_steps,
+        num_generations=G,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        beta=0.0,
+        num_iterations=1,
+        max_steps=opt_steps * (batches + 1),
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1000,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        shuffle_dataset=False,
+        bf16=False,
+        gradient_checkpointing=False,  # a CPU's best: fp32 matmuls, no activation recomputation
     )
     callbacks = [timer] if timer is not None else []
     return GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
