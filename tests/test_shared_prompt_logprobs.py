@@ -85,3 +85,25 @@ def test_prompt_groups_finds_runs_of_identical_rows():
     mask = torch.tensor([[0, 1], [0, 1], [1, 1], [1, 1], [0, 1]])  # row 3: same ids, different mask
     first, inverse = prompt_groups(ids, mask)
     assert first.tolist() == [0, 2, 3, 4] and inverse.tolist() == [0, 0, 1, 2, 3]
+
+
+def test_a_forward_without_a_cache_argument_falls_back_to_one_pass(model):
+    class NoCache(torch.nn.Module):  # e.g. a remote-code model whose forward takes no KV cache
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        def forward(self, input_ids, attention_mask, position_ids, use_cache, logits_to_keep):
+            return self.inner(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                logits_to_keep=logits_to_keep,
+            )
+
+    batch = grouped_batch()
+    with torch.no_grad():
+        wrapped = compute_logprobs(NoCache(model), *batch, share_prompts=True)
+        plain = compute_logprobs(model, *batch)
+    assert torch.equal(wrapped, plain)

@@ -68,7 +68,7 @@ class HFRolloutEngine:
         if self.pad_id is None:
             raise ValueError("HFRolloutEngine: tokenizer has neither pad_token_id nor eos_token_id")
         self.eos_ids = eos_token_ids(model, tokenizer)
-        self._cache_arg = cache_kwarg(model)
+        self._cache_arg = cache_kwarg(model) or "past_key_values"
 
     def uses_fused(self) -> bool:
         """Whether the decode steps run through FusedDecoder (decided per call: the device may change)."""

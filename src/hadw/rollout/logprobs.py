@@ -32,9 +32,14 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     return first, inverse
 
 
-def cache_kwarg(model: torch.nn.Module) -> str:
-    """The forward's name for a KV cache: transformers 5 renamed `past_key_values` to `cache`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+def cache_kwarg(model: torch.nn.Module) -> str | None:
+    """The forward's name for a KV cache (transformers 5 renamed `past_key_values` to `cache`); None if
+    the forward takes neither and no **kwargs (some remote-code models)."""
+    params = inspect.signature(model.forward).parameters
+    if "cache" in params:
+        return "cache"
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return "past_key_values" if "past_key_values" in params or takes_any else None
 
 
 def _has_dropout(model: torch.nn.Module) -> bool:
@@ -56,7 +61,7 @@ def _response_logits_shared_prompts(
     checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.x spelling
     if checkpointing is None:
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if len(first) == len(inverse) or checkpointing or _has_dropout(model):
+    if len(first) == len(inverse) or checkpointing or _has_dropout(model) or cache_kwarg(model) is None:
         return None
     positions = position_ids_from_mask(attention_mask)
     cache = DynamicCache(config=model.config)
