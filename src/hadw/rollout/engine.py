@@ -1,11 +1,13 @@
 """HFRolloutEngine: batched sampling with a `transformers` model and its KV cache, plus `make_engine`.
 
-One loop, no `model.generate`: prefill the left-padded prompts once, then feed one token per row per
-step through a DynamicCache. Position ids come from the attention mask (as in `compute_logprobs`), so
-the log-probs recorded here equal a teacher-forced re-scoring of the same tokens. Randomness comes
-only from a torch.Generator seeded by `params.seed`, so torch's global RNG state is never touched.
-Each step is tagged with torch.profiler.record_function ("rollout/forward", "rollout/sample",
-"rollout/bookkeeping") so a profiler shows where the time goes (benchmarks/rollout_speed.py).
+One loop, no `model.generate`: prefill each distinct left-padded prompt once (its G rows share the
+cache), then feed one token per row per step, through FusedDecoder (Llama / Qwen2 on a CPU) or the
+model's forward with a DynamicCache. Position ids come from the attention mask (as in
+`compute_logprobs`), so the log-probs recorded here equal a teacher-forced re-scoring of the same tokens
+(to float rounding, ~1e-6). Randomness comes only from a torch.Generator seeded by `params.seed`, so
+torch's global RNG state is never touched. Each phase is tagged with torch.profiler.record_function
+("rollout/prefill", "rollout/forward", "rollout/sample", "rollout/bookkeeping") so a profiler shows
+where the time goes (benchmarks/rollout_speed.py).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class HFRolloutEngine:
     """RolloutEngine over a `transformers` causal LM (any device, any dtype).
 
     decoder: how the one-token steps after the prefill run. "fused": hadw's FusedDecoder (Llama / Qwen2
-    only; ~2x the tokens/s of "hf" on a CPU); "hf": the model's own forward with a DynamicCache; "auto":
-    fused on a CPU when the model supports it, else hf (on a GPU transformers' SDPA kernels are kept).
+    only; ×1.2–1.35 the tokens/s of "hf" on a CPU, benchmarks/roofline.py); "hf": the model's own
+    forward with a DynamicCache; "auto": fused on a CPU when the model supports it, else hf (on a GPU
+    transformers' SDPA kernels are kept).
     """
 
     def __init__(
