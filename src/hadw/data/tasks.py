@@ -22,11 +22,11 @@ linear (solve for the integer x):
 
 sums (a + b, graded gently by the digits of the operands):
     level  digits of a  digits of b  example      column operations (+ one per carry)
-    1      1            1            "4+7"        1-2
-    2      2            1            "47+8"       2-3
-    3      2            2            "47+38"      2-4
-    4      3            2            "512+38"     3-5
-    5      3            3            "512+397"    3-6
+    1      1            1            "4+7"        1-2 (mean 1.4)
+    2      2            1            "47+8"       2-4 (mean 2.5)
+    3      2            2            "47+38"      2-4 (mean 3.0)
+    4      3            2            "512+38"     3-6 (mean 4.0)
+    5      3            3            "512+397"    3-6 (mean 4.6)
 
 `column_operations(problem)` counts the digit-level steps a pencil-and-paper solver performs
 (one per column of each addition/subtraction, one per quotient digit of a division; for `sums` also one per
