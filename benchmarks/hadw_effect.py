@@ -1,12 +1,12 @@
-"""Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (window, or fixed 0.5; optionally DAPO ± HA-DW) over seeds,
+"""Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (window, per_level, fixed 0.5; or DAPO ± HA-DW) over seeds,
 from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
 
 Recipe: the demo's current one (hadw.experiments.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
-step cap, then `rl_overrides`: tiny Qwen2, addition levels 1–3, G = 8, 16 prompts/step, 100 steps), run through
+step cap, then `rl_overrides`: tiny Qwen2, `sums` levels 2–4, G = 8, 16 prompts/step, 200 steps), run through
 `hadw.experiments.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
 run dir made with another recipe is refused and left out).
 
-Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 100] [--arms grpo,hadw,hadw_fixed] [--jobs 2]
+Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 200] [--arms grpo,hadw,hadw_per_level] [--jobs 2]
 Runs are ordered seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short stays paired.
 """
 
@@ -33,6 +33,9 @@ ARMS = {
     "hadw": ("hadw.enabled=true",),
     # the theory's pivot: the bias of p̂ given S changes sign at p = 1/2 for every G (method.md §3.4)
     "hadw_fixed": ("hadw.enabled=true", "hadw.anchor=fixed", "hadw.fixed_value=0.5"),
+    # each level weighed against its own history: an easy level is not damped just for being easier than the
+    # batch (per_prompt would be the same as `hadw` here: a task stream never repeats a prompt uid)
+    "hadw_per_level": ("hadw.enabled=true", "hadw.anchor=per_level"),
     "dapo": ("algorithm.preset=dapo", "hadw.enabled=false"),
     "dapo_hadw": ("algorithm.preset=dapo", "hadw.enabled=true"),
 }
@@ -45,6 +48,20 @@ def base_overrides(model_dir: Path, steps: int, eval_size: int) -> list[str]:
     settings = DemoSettings(steps=steps, eval_size=eval_size)
     recipe = rl_overrides(settings, model_dir, Path("unused"), hadw=False)
     return [o for o in recipe if not o.startswith(SET_BY_COMPARE + SET_HERE)] + ["logging.sample_every=0"]
+
+
+def level_text(task: str, levels: list[int]) -> str:
+    """One example question per level, e.g. "sums L2 = `47+8`", from the task's own generator."""
+    from hadw.data import sample_problems
+
+    return ", ".join(f"{task} L{lv} = `{sample_problems(task, 1, [lv], seed=1)[0].question}`" for lv in levels)
+
+
+def count_parameters(model_dir: Path) -> int:
+    from hadw.rollout import load_model
+
+    model, _ = load_model(model_dir, device="cpu")
+    return sum(p.numel() for p in model.parameters())
 
 
 def eval_problems(seed: int, eval_size: int):
@@ -114,7 +131,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9", help="comma-separated, or a range a-b (inclusive)")
     demo = DemoSettings()
     parser.add_argument("--steps", type=int, default=demo.steps)
-    parser.add_argument("--arms", default="grpo,hadw,hadw_fixed", help=f"comma-separated, from {list(ARMS)}")
+    parser.add_argument("--arms", default="grpo,hadw,hadw_per_level", help=f"comma-separated, from {list(ARMS)}")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--eval-size", type=int, default=500)
     parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem at T = 1 (avg@k, pass@k)")
@@ -176,7 +193,7 @@ def main() -> None:
     ]
     names = [m for m, _ in metrics]
     # One comparison per base algorithm: every HA-DW arm of it against it, paired by seed.
-    families = {"grpo": ("hadw", "hadw_fixed"), "dapo": ("dapo_hadw",)}
+    families = {"grpo": ("hadw", "hadw_per_level", "hadw_fixed"), "dapo": ("dapo_hadw",)}
     families = {base: [a for a in treated if a in runs] for base, treated in families.items()}
     pairs = [(base, treated) for base, treated in families.items() if base in runs and treated]
     sections, pngs = [], []
@@ -193,6 +210,7 @@ def main() -> None:
     sections.append(section("Every arm vs the warm start (did RL help at all?)", rl_gain, metrics[:3]))
     (args.out / "compare_vs_warm.json").write_text(json.dumps(jsonable(rl_gain.to_dict()), indent=1))
 
+    n_params = count_parameters(model_dir)
     arm_text = ", ".join(f"`{a.name}`: `{' '.join(a.overrides)}`" for a in arms)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     figures = "\n".join(f"![{p.stem}]({p.name})" for p in pngs)
@@ -203,14 +221,13 @@ Command (from the repository root; {runs_s / 60:.1f} min for the runs and their 
 {(time.perf_counter() - start) / 60:.1f} min in all, on 2 CPU cores shared with other work): `{command}`
 (runs by status: {counts}).
 
-Setup: one warm start (tiny Qwen2, ~0.8 M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
+Setup: one warm start (tiny Qwen2, {n_params / 1e6:.2f} M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
 `hadw.experiments.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then
 {args.steps} RL steps per run with the demo's recipe (`hadw.experiments.demo.rl_overrides`); every arm and seed starts
 from that same checkpoint. A seed fixes the training prompts, the sampling streams and the {args.eval_size}
 held-out evaluation problems; all arms of a seed see the same ones, so differences are paired by seed.
 Each final model (and the warm start, on every seed's problems) is evaluated greedily and with {k} samples
-at T = 1. Intervals: 95 % Student t over seeds; p: paired t-test. Levels: addition L1 = 1-digit a+b,
-L2 = 2-digit a+b, L3 = 3-digit a±b.
+at T = 1. Intervals: 95 % Student t over seeds; p: paired t-test. Levels: {level_text(DEMO_TASK, DEMO_LEVELS)}.
 
 Overrides of every run: `{" ".join(overrides)}`; arms: {arm_text}.
 

@@ -20,8 +20,17 @@ linear (solve for the integer x):
     4      ax+b=c      2..9    -99..99     -999..999    "7x+512=-20"
     5      ax+b=c      10..99  -99..99     -999..999    "12x-350=838"
 
+sums (a + b, graded gently by the digits of the operands):
+    level  digits of a  digits of b  example      column operations (+ one per carry)
+    1      1            1            "4+7"        1-2 (mean 1.4)
+    2      2            1            "47+8"       2-4 (mean 2.5)
+    3      2            2            "47+38"      2-4 (mean 3.0)
+    4      3            2            "512+38"     3-6 (mean 4.0)
+    5      3            3            "512+397"    3-6 (mean 4.6)
+
 `column_operations(problem)` counts the digit-level steps a pencil-and-paper solver performs
-(one per column of each addition/subtraction, one per quotient digit of a division); it is the
+(one per column of each addition/subtraction, one per quotient digit of a division; for `sums` also one per
+carry, since "47+8" and "47+38" have the same columns but not the same work); it is the
 difficulty proxy the tests use: more steps => more chances to slip => lower accuracy.
 """
 
@@ -80,6 +89,22 @@ def _linear(rng: random.Random, level: int) -> tuple[str, str]:
     return f"{lhs}={a * x + b}", str(x)
 
 
+# level -> (digits of the first operand, digits of the second)
+SUMS_LEVELS: dict[int, tuple[int, int]] = {
+    1: (1, 1),
+    2: (2, 1),
+    3: (2, 2),
+    4: (3, 2),
+    5: (3, 3),
+}
+
+
+def _sums(rng: random.Random, level: int) -> tuple[str, str]:
+    a_digits, b_digits = SUMS_LEVELS[level]
+    a, b = _digits(rng, a_digits), _digits(rng, b_digits)
+    return f"{a}+{b}", str(a + b)
+
+
 def _columns(a: int, b: int) -> int:
     return max(len(str(abs(a))), len(str(abs(b))))
 
@@ -91,6 +116,23 @@ def _addition_cost(question: str) -> int:
         cost += _columns(total, int(token))
         total += int(token)
     return cost
+
+
+def _carries(a: int, b: int) -> int:
+    """Carries of the column addition a + b (a, b >= 0)."""
+    carry = count = 0
+    while a or b:
+        carry = (a % 10 + b % 10 + carry) // 10
+        count += carry
+        a, b = a // 10, b // 10
+    return count
+
+
+def _sums_cost(question: str) -> int:
+    # A carry is one more single-digit addition in the next column, so it counts as a step: it is what
+    # separates "47+8" from "47+38" when both have two columns.
+    a, b = (int(t) for t in question.split("+"))
+    return _columns(a, b) + _carries(a, b)
 
 
 def _linear_cost(question: str) -> int:
@@ -112,6 +154,7 @@ class Task:
 TASKS: dict[str, Task] = {
     "addition": Task("addition", tuple(ADDITION_LEVELS), _addition, _addition_cost),
     "linear": Task("linear", tuple(LINEAR_LEVELS), _linear, _linear_cost),
+    "sums": Task("sums", tuple(SUMS_LEVELS), _sums, _sums_cost),
 }
 
 

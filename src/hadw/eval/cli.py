@@ -26,7 +26,7 @@ from hadw.eval.report import (
 DataOption = typer.Option(
     "--data",
     "-d",
-    help="task:<name> (addition, linear), benchmark:<name> (math500, aime25, amc23, minerva_math, "
+    help="task:<name> (addition, linear, sums), benchmark:<name> (math500, aime25, amc23, minerva_math, "
     "olympiadbench, gsm8k), hf:ORG/NAME[:split], or a JSONL/parquet file or HF dataset folder. Repeat for several.",
 )
 DataDirOption = typer.Option(
