@@ -15,7 +15,9 @@ FusedDecoder (~16 ops per layer instead of ~40). Tried and not adopted: a preall
 transformers' forward (same CPU time per step); torch.compile of transformers' decode step over
 StaticCache (~110 s to compile, not faster once warm: 11.1 vs 8.4-9.3 ms/step) and of a static-shape
 FusedDecoder step (full-width cache, tensor column index: 19 s to compile, then 25 ms/step against 6.1
-eager on the tiny model, 64 rows: Inductor's code for the per-row attention is slower than MKL's bmm).
+eager on the tiny model, 64 rows: Inductor's code for the per-row attention is slower than MKL's bmm);
+block-diagonal attention over r rows at a time (r times fewer, larger bmm matrices, masked off-block):
+same time per step at r = 2 and 4, ×1.3 slower at r = 8.
 What is left is memory-bound: the
 attention's many small per-row matrices and the weights stream from L3/DRAM each step.
 
