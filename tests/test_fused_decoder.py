@@ -132,6 +132,8 @@ def test_unsupported_models_fall_back_or_refuse():
     assert not HFRolloutEngine(model, tok).uses_fused()  # auto -> transformers' forward
     with pytest.raises(ValueError, match="cannot run this model: .*sliding"):
         HFRolloutEngine(model, tok, decoder="fused")
+    bf16, _ = make_model("qwen2-gqa2")
+    assert not HFRolloutEngine(bf16.to(torch.bfloat16), tok).uses_fused()  # auto: float32 on a CPU only
     gelu, _ = make_model("llama3-rope", hidden_act="gelu")
     assert "hidden_act" in fused_unsupported(gelu)
     plain, _ = make_model("qwen2-gqa2")

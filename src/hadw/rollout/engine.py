@@ -45,8 +45,8 @@ class HFRolloutEngine:
 
     decoder: how the one-token steps after the prefill run. "fused": hadw's FusedDecoder (Llama / Qwen2
     only; ×1.2–1.35 the tokens/s of "hf" on a CPU, benchmarks/roofline.py); "hf": the model's own
-    forward with a DynamicCache; "auto": fused on a CPU when the model supports it, else hf (on a GPU
-    transformers' SDPA kernels are kept).
+    forward with a DynamicCache; "auto": fused for float32 weights on a CPU when the model supports it,
+    else hf (on a GPU transformers' SDPA kernels are kept).
     """
 
     def __init__(
@@ -75,8 +75,9 @@ class HFRolloutEngine:
 
     def uses_fused(self) -> bool:
         """Whether the decode steps run through FusedDecoder (decided per call: the device may change)."""
-        if self.decoder == "auto":
-            return self.model.device.type == "cpu" and fused_unsupported(self.model) is None
+        if self.decoder == "auto":  # where it is measured and tested: float32 weights on a CPU
+            on_cpu_fp32 = self.model.device.type == "cpu" and self.model.dtype == torch.float32
+            return on_cpu_fp32 and fused_unsupported(self.model) is None
         return self.decoder == "fused"
 
     def generate(
