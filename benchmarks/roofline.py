@@ -42,20 +42,9 @@ MODELS = {
 ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # 8 prompts x G = 8, the shape of one rollout batch
 
 
-def spread(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
-    """Wall and process-CPU seconds of `repeats` calls (after one warm-up call)."""
-    fn()
-    walls, cpus = [], []
-    for _ in range(repeats):
-        w, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - w)
-        cpus.append(time.process_time() - c)
-    return walls, cpus
-
-
 def spread_alternating(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[list, list]]:
-    """Like `spread` for several functions, run in turn each round so that load drifts hit all alike."""
+    """{name: (wall seconds, process-CPU seconds) of `repeats` calls}, after one warm-up call each; the
+    functions run in turn each round, so that load drifts hit all alike."""
     for fn in fns.values():
         fn()
     out: dict[str, tuple[list, list]] = {name: ([], []) for name in fns}
@@ -66,6 +55,11 @@ def spread_alternating(fns: dict[str, Callable[[], object]], repeats: int) -> di
             out[name][0].append(time.perf_counter() - w)
             out[name][1].append(time.process_time() - c)
     return out
+
+
+def spread(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
+    """Wall and process-CPU seconds of `repeats` calls (after one warm-up call)."""
+    return spread_alternating({"": fn}, repeats)[""]
 
 
 def fmt(values: list[float], scale: float = 1.0, digits: int = 1) -> str:

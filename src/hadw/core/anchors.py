@@ -232,7 +232,34 @@ def _rows_by_key(keys: Sequence[Any]) -> dict[str, torch.Tensor]:
     return {name: torch.tensor(index, dtype=torch.long) for name, index in rows.items()}
 
 
-class KeyedAnchor(Anchor):
+class _BatchBacked(Anchor):
+    """An anchor built around a batch anchor of a base kind (the keyed anchors below): the base kind and
+    its options, C for a batch without keys, and the base part of the state."""
+
+    needs_keys = True
+
+    def __init__(self, base: str, given: dict[str, float]):
+        self.base = base
+        self.batch, self.options = _base_anchor(base, given)  # options: only those of the base kind
+
+    @property
+    def prior(self) -> float | None:
+        return self.batch.prior
+
+    def observe(self, batch_accuracy: float) -> float:
+        """Without keys the anchor is its batch anchor (e.g. a batch that carries no level column)."""
+        return self.batch.observe(batch_accuracy)
+
+    def _base_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "base": self.base, "options": dict(self.options), "batch": self.batch.state_dict()}
+
+    def _load_base_state(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
+        self.base, self.options = state["base"], dict(state["options"])
+        self.batch = _base_from_state(state["batch"])
+
+
+class KeyedAnchor(_BatchBacked):
     """One anchor of kind `base` per key (difficulty level or data source; method.md §3.4), beside a
     batch anchor of the same kind.
 
@@ -243,7 +270,6 @@ class KeyedAnchor(Anchor):
     """
 
     kind = "per_level"
-    needs_keys = True
 
     def __init__(
         self,
@@ -256,18 +282,8 @@ class KeyedAnchor(Anchor):
         alpha: float = 0.2,
         value: float = 0.5,
     ):
-        given = {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value}
-        self.base = base
-        self.batch, self.options = _base_anchor(base, given)  # options: only those of the base kind
+        super().__init__(base, {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value})
         self.per_key: dict[str, Anchor] = {}
-
-    @property
-    def prior(self) -> float | None:
-        return self.batch.prior
-
-    def observe(self, batch_accuracy: float) -> float:
-        """Without keys the anchor is its batch anchor (e.g. a batch that carries no level column)."""
-        return self.batch.observe(batch_accuracy)
 
     def observe_keyed(self, correctness: torch.Tensor, keys: Sequence[Any]) -> torch.Tensor:
         """correctness: [N] 0/1; keys: N labels. Returns [N] the C each response is weighed against."""
@@ -285,18 +301,10 @@ class KeyedAnchor(Anchor):
         return c
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "base": self.base,
-            "options": dict(self.options),
-            "batch": self.batch.state_dict(),
-            "per_key": {k: a.state_dict() for k, a in self.per_key.items()},
-        }
+        return self._base_state() | {"per_key": {k: a.state_dict() for k, a in self.per_key.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._check_kind(state)
-        self.base, self.options = state["base"], dict(state["options"])
-        self.batch = _base_from_state(state["batch"])
+        self._load_base_state(state)
         self.per_key = {k: _base_from_state(v) for k, v in state["per_key"].items()}
 
 
@@ -312,7 +320,7 @@ class SourceAnchor(KeyedAnchor):
     kind = "per_source"
 
 
-class PromptAnchor(Anchor):
+class PromptAnchor(_BatchBacked):
     """Each prompt's own pooled success rate p̃ replaces p̂ (method.md §3.4); C is the batch anchor.
 
     p̃ = correct / total over the prompt's last `visits` visits, the current one and degenerate ones
@@ -322,7 +330,6 @@ class PromptAnchor(Anchor):
     """
 
     kind = "per_prompt"
-    needs_keys = True
 
     def __init__(
         self,
@@ -339,17 +346,9 @@ class PromptAnchor(Anchor):
     ):
         if visits < 1 or max_prompts < 1:
             raise ValueError(f"per_prompt anchor needs visits >= 1 and max_prompts >= 1; got {visits}, {max_prompts}")
-        given = {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value}
-        self.base, self.visits, self.max_prompts = base, int(visits), int(max_prompts)
-        self.batch, self.options = _base_anchor(base, given)
+        super().__init__(base, {"k": k, "eta": eta, "m": m, "eta_min": eta_min, "alpha": alpha, "value": value})
+        self.visits, self.max_prompts = int(visits), int(max_prompts)
         self.counts: OrderedDict[str, list[list[int]]] = OrderedDict()  # id -> [[correct, total], ...]
-
-    @property
-    def prior(self) -> float | None:
-        return self.batch.prior
-
-    def observe(self, batch_accuracy: float) -> float:
-        return self.batch.observe(batch_accuracy)
 
     def observe_prompts(self, correctness: torch.Tensor, keys: Sequence[Any]) -> tuple[float, torch.Tensor]:
         """correctness: [N] 0/1; keys: N prompt ids. Returns (C, [N] p̃ of each response's prompt)."""
@@ -366,21 +365,15 @@ class PromptAnchor(Anchor):
         return c, p
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "base": self.base,
-            "options": dict(self.options),
+        return self._base_state() | {
             "visits": self.visits,
             "max_prompts": self.max_prompts,
-            "batch": self.batch.state_dict(),
             "counts": [[k, v] for k, v in self.counts.items()],  # a list keeps the recency order in JSON
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._check_kind(state)
-        self.base, self.options = state["base"], dict(state["options"])
+        self._load_base_state(state)
         self.visits, self.max_prompts = int(state["visits"]), int(state["max_prompts"])
-        self.batch = _base_from_state(state["batch"])
         self.counts = OrderedDict((str(k), [[int(a), int(b)] for a, b in v]) for k, v in state["counts"])
 
 

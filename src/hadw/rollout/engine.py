@@ -22,7 +22,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
-from hadw.rollout.logprobs import cache_kwarg, position_ids_from_mask, prompt_groups
+from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
 from hadw.rollout.sampling import SamplingParams, sample_next_token
 
 
@@ -137,19 +137,7 @@ class HFRolloutEngine:
         Rows arrive in groups of identical prompts (n samples each), so each distinct prompt is run once
         and its cache rows are shared by its group (as vLLM's prefix caching would): 1/n of the prefill.
         """
-        first, inverse = prompt_groups(prompt_ids, prompt_mask)
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=prompt_ids[first],
-            attention_mask=prompt_mask[first],
-            position_ids=position_ids_from_mask(prompt_mask[first]),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_arg: cache},
-        ).logits[:, -1, :]
-        for layer in cache.layers:  # distinct prompts -> every row of their group
-            layer.reorder_cache(inverse)
-        return logits[inverse], cache
+        return prefill_shared(self.model, prompt_ids, prompt_mask, *prompt_groups(prompt_ids, prompt_mask))
 
     @torch.inference_mode()
     def _generate_chunk(

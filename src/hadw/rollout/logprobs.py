@@ -42,6 +42,33 @@ def cache_kwarg(model: torch.nn.Module) -> str | None:
     return "past_key_values" if "past_key_values" in params or takes_any else None
 
 
+def prefill_shared(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+) -> tuple[torch.Tensor, DynamicCache]:
+    """Run each distinct prompt row once (`prompt_groups`'s first / inverse) and give every row its cache.
+
+    prompt_*: [N, P] left-padded. Returns (next-token logits [N, V] at the last prompt position, a
+    DynamicCache with N rows). The expansion is an index_select, so gradients flow back to the shared
+    forward when autograd is on (the update) and nothing is copied twice when it is off (rollouts).
+    """
+    cache = DynamicCache(config=model.config)
+    logits = model(
+        input_ids=prompt_ids[first],
+        attention_mask=prompt_mask[first],
+        position_ids=position_ids_from_mask(prompt_mask[first]),
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kwarg(model) or "past_key_values": cache},
+    ).logits[:, -1, :]  # [U, V]
+    for layer in cache.layers:
+        layer.reorder_cache(inverse)  # [U, ...] -> [N, ...]
+    return logits[inverse], cache
+
+
 def _has_dropout(model: torch.nn.Module) -> bool:
     return model.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
@@ -63,30 +90,18 @@ def _response_logits_shared_prompts(
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if len(first) == len(inverse) or checkpointing or _has_dropout(model) or cache_kwarg(model) is None:
         return None
-    positions = position_ids_from_mask(attention_mask)
-    cache = DynamicCache(config=model.config)
-    with_cache = {cache_kwarg(model): cache}
-    head = model(
-        input_ids=input_ids[first, :prompt_len],
-        attention_mask=attention_mask[first, :prompt_len],
-        position_ids=positions[first, :prompt_len],
-        use_cache=True,
-        logits_to_keep=1,
-        **with_cache,
-    ).logits  # [U, 1, V]: predicts response token 0
+    head, cache = prefill_shared(model, input_ids[:, :prompt_len], attention_mask[:, :prompt_len], first, inverse)
     if response_len == 1:
-        return head[inverse]
-    for layer in cache.layers:
-        layer.reorder_cache(inverse)  # [U, ...] -> [N, ...]
+        return head[:, None]
     # The last response token predicts nothing we score: feed tokens 0 .. R-2.
     rest = model(
         input_ids=input_ids[:, prompt_len:-1],
         attention_mask=attention_mask[:, :-1],
-        position_ids=positions[:, prompt_len:-1],
+        position_ids=position_ids_from_mask(attention_mask)[:, prompt_len:-1],
         use_cache=True,
-        **with_cache,
+        **{cache_kwarg(model): cache},
     ).logits  # [N, R - 1, V]
-    return torch.cat([head[inverse], rest], dim=1)
+    return torch.cat([head[:, None], rest], dim=1)
 
 
 def token_logprobs_from_logits(
