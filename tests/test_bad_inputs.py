@@ -104,6 +104,7 @@ CONFIG_CASES = [
     ("beta_negative", ["optim.betas=[-0.1,0.9]"], ["optim.betas", "[0, 1)"]),
     ("betas_one_value", ["optim.betas=[0.9]"], ["optim.betas"]),
     ("top_k_negative", ["rollout.top_k=-1"], ["rollout.top_k=-1"]),
+    ("unknown_decoder", ["rollout.decoder=vllm"], ["rollout.decoder='vllm'", "fused"]),
     ("timeout_zero", ["reward.timeout_s=0"], ["reward.timeout_s=0"]),
     ("timeout_negative", ["reward.timeout_s=-3"], ["reward.timeout_s=-3"]),
     ("unknown_task", ["data.source=task:calculus"], ["data.source='task:calculus'", "task:addition"]),
