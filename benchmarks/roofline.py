@@ -39,7 +39,7 @@ MODELS = {
     "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
     "5.6M": dict(hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=640),
 }
-ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # 8 prompts x G = 8, the shape of one rollout batch
+ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # defaults: 8 prompts x G = 8, the shape of one rollout batch
 
 
 def spread_alternating(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[list, list]]:
@@ -100,17 +100,26 @@ def model_flops_per_token(model, context: float) -> float:
     return 2 * (weights + lm_head) + attention
 
 
-def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
+def bench_model(
+    name: str,
+    shape: dict,
+    repeats: int,
+    peak: float,
+    rows: int = ROWS,
+    prompt_len: int = PROMPT_LEN,
+    new_tokens: int = NEW_TOKENS,
+) -> list[str]:
+    """Report lines for one model: decode (both decoders) and a training step, on `rows` = prompts x 8."""
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = load_model(build_tiny_model(tmp, **shape), device="cpu")
     cfg = model.config
-    prompts = [[4 + (i * 7 + j) % 200 for j in range(PROMPT_LEN)] for i in range(ROWS // 8)]
+    prompts = [[4 + (i * 7 + j) % 200 for j in range(prompt_len)] for i in range(rows // 8)]
     engines = {name: HFRolloutEngine(model, tok, decoder=name) for name in ("hf", "fused")}
-    params = SamplingParams(n=8, max_new_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
+    params = SamplingParams(n=8, max_new_tokens=new_tokens, ignore_eos=True, seed=0)
     batch = engines["fused"].generate(prompts, params)
 
-    decode_flop = ROWS * NEW_TOKENS * model_flops_per_token(model, PROMPT_LEN + NEW_TOKENS / 2)
+    decode_flop = rows * new_tokens * model_flops_per_token(model, prompt_len + new_tokens / 2)
     decode = spread_alternating(
         {name: (lambda e=e: e.generate(prompts, params)) for name, e in engines.items()}, repeats
     )
@@ -118,7 +127,7 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     ids, mask, rmask = batch.input_ids, batch.attention_mask, batch.response_mask
-    adv = torch.randn(ROWS)
+    adv = torch.randn(rows)
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
@@ -127,8 +136,8 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
         loss.backward()
         optimizer.step()
 
-    seq = PROMPT_LEN + NEW_TOKENS
-    train_flop = 3 * ROWS * seq * model_flops_per_token(model, seq / 2)
+    seq = prompt_len + new_tokens
+    train_flop = 3 * rows * seq * model_flops_per_token(model, seq / 2)
     t_wall, t_cpu = spread(train_step, repeats)
     model.eval()
 
@@ -143,14 +152,14 @@ def bench_model(name: str, shape: dict, repeats: int, peak: float) -> list[str]:
     header = (
         f"{name}: {cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
         f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} q/kv heads, MLP {cfg.intermediate_size}, vocab "
-        f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params; {ROWS} rows, prompt {PROMPT_LEN}, "
-        f"{NEW_TOKENS} new tokens"
+        f"{cfg.vocab_size}, {model.num_parameters() / 1e6:.2f} M params; {rows} rows, prompt {prompt_len}, "
+        f"{new_tokens} new tokens"
     )
     speedup = [h / f for h, f in zip(decode["hf"][1], decode["fused"][1], strict=True)]  # same round
     return [
         header,
-        line("decode hf", decode_flop, *decode["hf"], ROWS * NEW_TOKENS, "tokens/s"),
-        line("decode fused", decode_flop, *decode["fused"], ROWS * NEW_TOKENS, "tokens/s"),
+        line("decode hf", decode_flop, *decode["hf"], rows * new_tokens, "tokens/s"),
+        line("decode fused", decode_flop, *decode["fused"], rows * new_tokens, "tokens/s"),
         f"  {name:5s} fused / hf tokens per CPU-second, round by round: {fmt(speedup, digits=2)} (min / median / max)",
         line("train step", train_flop, t_wall, t_cpu, 1, "steps/s"),
     ]
@@ -160,6 +169,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--rows", type=int, default=ROWS, help="rows per batch (prompts x 8 samples; a multiple of 8)")
+    ap.add_argument("--prompt-len", type=int, default=PROMPT_LEN)
+    ap.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     args = ap.parse_args()
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -182,7 +194,7 @@ def main() -> None:
     ridge = peak / statistics.median(bw_cpu)
     print(f"  ridge point (1 thread)   {ridge:.1f} FLOP/byte (by-CPU matmul peak / by-CPU copy bandwidth)")
     for name in args.models:
-        for row in bench_model(name, MODELS[name], args.repeats, peak):
+        for row in bench_model(name, MODELS[name], args.repeats, peak, args.rows, args.prompt_len, args.new_tokens):
             print(row)
     print(
         "(model runs use 1 thread; % of peak = GFLOP/s per CPU-second over the median 1-thread peak per "

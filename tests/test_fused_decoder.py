@@ -20,6 +20,7 @@ from hadw.rollout import (
     compute_logprobs,
     fused_unsupported,
 )
+from hadw.rollout import fused as fused_module
 from hadw.rollout.sampling import draw
 
 QUESTIONS = ["1+1=", "What is 12*3? Put the answer in \\boxed{}.", "7/8", "1+1="]  # lengths differ; one repeats
@@ -82,8 +83,12 @@ def model_tok(request):
     return make_model(request.param)
 
 
+@pytest.mark.parametrize("pack", ["none", "all"])
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
-def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, temperature):
+def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, temperature, pack, monkeypatch):
+    # "all": every projection (LM head included) through oneDNN's packed linear, which real-size weights
+    # take; these test weights are below PACK_MIN_WEIGHTS, so "none" is the MKL path.
+    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0 if pack == "all" else 10**12)
     model, tok = model_tok
     assert fused_unsupported(model) is None
     params = SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=5)
@@ -96,8 +101,10 @@ def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, tem
     torch.testing.assert_close(fused.logprobs, hf.logprobs, rtol=0, atol=1e-5)
 
 
-def test_fused_step_logits_equal_the_models_forward():
+@pytest.mark.parametrize("pack", ["none", "all"])
+def test_fused_step_logits_equal_the_models_forward(pack, monkeypatch):
     # One step, compared on full logits (not just the sampled token's log-prob).
+    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0 if pack == "all" else 10**12)
     model, tok = make_model("llama-gqa4-biases-headdim")
     engine = HFRolloutEngine(model, tok, decoder="fused")
     ids = torch.tensor([[0, 0, 5, 9, 12], [7, 8, 9, 10, 11]])
@@ -105,6 +112,7 @@ def test_fused_step_logits_equal_the_models_forward():
     with torch.inference_mode():
         logits, cache = engine._prefill(ids, mask)
         decoder = FusedDecoder(model, cache, mask, max_new_tokens=4)
+        assert all((p.packed is not None) == (pack == "all") for p in [decoder.lm_head, decoder.layers[0].down])
         nxt = logits.argmax(-1)
         fused_logits = decoder.step(nxt, mask.sum(1))
         full = torch.cat([ids, nxt[:, None]], 1)
