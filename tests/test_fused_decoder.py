@@ -83,12 +83,17 @@ def model_tok(request):
     return make_model(request.param)
 
 
+def set_packing(monkeypatch, pack: str) -> None:
+    """ "all": every projection (LM head included) through oneDNN's packed linear, as real-size weights and
+    batches take it; "none": MKL's F.linear for all. The test models and batches are below the thresholds."""
+    for name in ("PACK_MIN_WEIGHTS", "PACK_MIN_ROWS", "PACK_MIN_STEPS"):
+        monkeypatch.setattr(fused_module, name, 0 if pack == "all" else 10**12)
+
+
 @pytest.mark.parametrize("pack", ["none", "all"])
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, temperature, pack, monkeypatch):
-    # "all": every projection (LM head included) through oneDNN's packed linear, which real-size weights
-    # take; these test weights are below PACK_MIN_WEIGHTS, so "none" is the MKL path.
-    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0 if pack == "all" else 10**12)
+    set_packing(monkeypatch, pack)
     model, tok = model_tok
     assert fused_unsupported(model) is None
     params = SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=5)
@@ -104,7 +109,7 @@ def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, tem
 @pytest.mark.parametrize("pack", ["none", "all"])
 def test_fused_step_logits_equal_the_models_forward(pack, monkeypatch):
     # One step, compared on full logits (not just the sampled token's log-prob).
-    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0 if pack == "all" else 10**12)
+    set_packing(monkeypatch, pack)
     model, tok = make_model("llama-gqa4-biases-headdim")
     engine = HFRolloutEngine(model, tok, decoder="fused")
     ids = torch.tensor([[0, 0, 5, 9, 12], [7, 8, 9, 10, 11]])

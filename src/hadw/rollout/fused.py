@@ -12,7 +12,8 @@ This module runs the same maths on the same weights with fewer, larger ops:
 
 The prefill still runs through transformers (once per batch), whose cache is copied into the buffers.
 The fused weights are concatenated copies made once per `generate` call (the trainer changes the
-weights between calls). Results equal transformers' up to float rounding; tests check the sampled
+weights between calls); for large enough weights and batches they are packed for oneDNN's fp32 linear
+instead of MKL's (see PACK_MIN_WEIGHTS: x1.1 on the 5.6 M benchmark model, x1.8 on Qwen2.5-0.5B's shapes). Results equal transformers' up to float rounding; tests check the sampled
 log-probs against a teacher-forced re-scoring (`compute_logprobs`) to 1e-5 and greedy tokens exactly.
 
 Supported: `LlamaForCausalLM` / `Qwen2ForCausalLM` with plain `nn.Linear` layers, SiLU MLP, full
@@ -71,27 +72,29 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     return e.div_(e.sum(dim=-1, keepdim=True)).to(scores.dtype)
 
 
-# oneDNN's packed fp32 linear (the kernel PyTorch's Inductor picks on a CPU) against MKL's F.linear, measured
-# at 64 rows, 1 thread: x1.08 at 128x768 weights, x1.16 at 256x1280, x1.4 at 896x1152 and x2.1 at 896x9728
-# (Qwen2.5-0.5B's q|k|v and gate|up); below ~100 k weights its per-call overhead loses (x0.69 at 128x128).
+# When a projection runs through oneDNN's packed fp32 linear (the kernel PyTorch's Inductor picks on a CPU)
+# instead of MKL's F.linear. Measured at 64 rows, 1 thread: x1.08 at 128x768 weights, x1.16 at 256x1280,
+# x1.4 at 896x1152 and x2.1 at 896x9728 (Qwen2.5-0.5B's q|k|v and gate|up); a whole Qwen2.5-0.5B-shaped
+# decode step x1.77. Below ~100 k weights its per-call overhead loses (x0.69 at 128x128), below ~32 rows it
+# is as often slower as faster, and packing costs about one copy of the weights per batch, which a
+# handful of steps does not win back.
 PACK_MIN_WEIGHTS = 96 * 1024
+PACK_MIN_ROWS = 32
+PACK_MIN_STEPS = 16
 
 
 class _Proj:
     """One projection of the decode step, y = x W^T + b [+ residual]. W [out, in], b [out] or None.
 
-    A weight of at least PACK_MIN_WEIGHTS elements (float32, CPU, oneDNN present) is repacked once per
-    batch into oneDNN's blocked layout for `rows` rows; smaller ones use W as it is.
+    With `pack` (the batch is large enough) a weight of at least PACK_MIN_WEIGHTS elements (float32, CPU,
+    oneDNN present) is repacked once into oneDNN's blocked layout for `rows` rows; others use W as it is.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, pack: bool):
         self.bias = bias
-        pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-        self.packed = (
-            torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-            if pack and weight.numel() >= PACK_MIN_WEIGHTS
-            else None
-        )
+        pack = pack and weight.numel() >= PACK_MIN_WEIGHTS and weight.device.type == "cpu"
+        pack = pack and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if pack else None
         self.weight = None if self.packed is not None else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,8 +141,9 @@ class FusedDecoder:
         self.embed = core.embed_tokens.weight  # [V, H]
         self.final_norm = core.norm.weight
         batch, prompt_len = prompt_mask.shape
-        self.lm_head = _Proj(model.lm_head.weight, model.lm_head.bias, batch)
-        self.layers = [self._fuse(layer, batch) for layer in core.layers]
+        pack = batch >= PACK_MIN_ROWS and max_new_tokens >= PACK_MIN_STEPS
+        self.lm_head = _Proj(model.lm_head.weight, model.lm_head.bias, batch, pack)
+        self.layers = [self._fuse(layer, batch, pack) for layer in core.layers]
 
         total = prompt_len + max_new_tokens
         d, kv = self.head_dim, self.num_kv
@@ -165,15 +169,15 @@ class FusedDecoder:
         self.cos, self.sin = cos[0], sin[0] * sign  # [positions, D]
 
     @staticmethod
-    def _fuse(layer: nn.Module, rows: int) -> _Layer:
+    def _fuse(layer: nn.Module, rows: int, pack: bool) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         return _Layer(
             norm_in=layer.input_layernorm.weight,
-            qkv=_Proj(*_cat_weights(attn.q_proj, attn.k_proj, attn.v_proj), rows),
-            o=_Proj(attn.o_proj.weight, attn.o_proj.bias, rows),
+            qkv=_Proj(*_cat_weights(attn.q_proj, attn.k_proj, attn.v_proj), rows, pack),
+            o=_Proj(attn.o_proj.weight, attn.o_proj.bias, rows, pack),
             norm_post=layer.post_attention_layernorm.weight,
-            gate_up=_Proj(*_cat_weights(mlp.gate_proj, mlp.up_proj), rows),
-            down=_Proj(mlp.down_proj.weight, mlp.down_proj.bias, rows),
+            gate_up=_Proj(*_cat_weights(mlp.gate_proj, mlp.up_proj), rows, pack),
+            down=_Proj(mlp.down_proj.weight, mlp.down_proj.bias, rows, pack),
         )
 
     @torch.inference_mode()
