@@ -10,7 +10,8 @@
    fraction of the 1-thread matmul peak (both run at 1 thread).
 
 FLOPs counted: 2 per weight per token for a forward (LM head included, embedding lookup not), plus
-attention's 4·layers·hidden·context per token; a training step is 3× its forward (forward + backward).
+attention's 4·layers·hidden·context per token; a generate call is the prefill of each distinct prompt
+plus new_tokens - 1 steps of every row; a training step is 3× its forward (forward + backward).
 A fraction well under 1 with low arithmetic intensity means per-op overhead, not the hardware, sets
 the speed. The machine may be shared: each figure is min / median / max over --repeats runs, by wall
 time and by process CPU time; the fractions compare CPU-time rates, which time-sharing leaves alone.
@@ -119,7 +120,11 @@ def bench_model(
     params = SamplingParams(n=8, max_new_tokens=new_tokens, ignore_eos=True, seed=0)
     batch = engines["fused"].generate(prompts, params)
 
-    decode_flop = rows * new_tokens * model_flops_per_token(model, prompt_len + new_tokens / 2)
+    # The work of one generate call: one prefill per distinct prompt (its last position gives each row's first
+    # token), then new_tokens - 1 one-token steps for every row.
+    prefill_flop = (rows // 8) * prompt_len * model_flops_per_token(model, prompt_len / 2)
+    steps_flop = rows * (new_tokens - 1) * model_flops_per_token(model, prompt_len + new_tokens / 2)
+    decode_flop = prefill_flop + steps_flop
     decode = spread_alternating(
         {name: (lambda e=e: e.generate(prompts, params)) for name, e in engines.items()}, repeats
     )
