@@ -1,0 +1,100 @@
+"""FusedDecoder's decode step with its projections packed for oneDNN vs MKL's F.linear, on real shapes.
+
+The fused decoder packs a projection for oneDNN's fp32 linear when the weight, the batch and the number
+of steps are large enough (hadw/rollout/fused.py, PACK_MIN_*). This measures what that choice is worth on
+the benchmark models and on Qwen2.5-0.5B's shapes (random weights from its config: nothing is
+downloaded; ~2 GB of memory). Both variants run alternately in one process, 1 thread by default, on the
+same prefill; reported: CPU ms per step and tokens/s (min / median / max over --repeats rounds), the
+per-round speedup, and the one-off cost of building the decoder (weight copies, packing, cache).
+
+    .venv/bin/python benchmarks/decode_step.py                      # qwen2.5-0.5b, 64 rows, 16 steps
+    .venv/bin/python benchmarks/decode_step.py --shape 5.6M --steps 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+from hadw.rollout import fused
+from hadw.rollout.logprobs import prefill_shared, prompt_groups
+
+SHAPES = {  # Qwen2 configs; tiny and 5.6M are benchmarks/roofline.py's models
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=260),
+    "5.6M": dict(hidden_size=256, intermediate_size=640, num_hidden_layers=8, num_attention_heads=8,
+                 num_key_value_heads=4, vocab_size=260),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936),
+}  # fmt: skip
+
+
+def fmt(values: list[float], digits: int = 1) -> str:
+    vals = sorted(values)
+    return " / ".join(f"{v:.{digits}f}" for v in (vals[0], statistics.median(vals), vals[-1]))
+
+
+@torch.inference_mode()
+def run(model, cache, mask, first, steps: int, pack_min_weights: int) -> tuple[float, float]:
+    """(CPU seconds to build the decoder, CPU seconds per step) for one pass of `steps` greedy steps."""
+    fused.PACK_MIN_WEIGHTS = pack_min_weights
+    start = time.process_time()
+    decoder = fused.FusedDecoder(model, cache, mask, max_new_tokens=steps)
+    built = time.process_time()
+    tokens, positions = first, mask.sum(1)
+    for s in range(steps):
+        tokens = decoder.step(tokens, positions + s).argmax(-1)
+    return built - start, (time.process_time() - built) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="qwen2.5-0.5b", choices=list(SHAPES))
+    ap.add_argument("--rows", type=int, default=64, help="prompts x 8 samples (a multiple of 8)")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = Qwen2Config(tie_word_embeddings=True, max_position_embeddings=4096, **SHAPES[args.shape])
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    ids = torch.randint(10, 250, (args.rows // 8, args.prompt_len)).repeat_interleave(8, 0)
+    mask = torch.ones_like(ids)
+    with torch.inference_mode():
+        logits, cache = prefill_shared(model, ids, mask, *prompt_groups(ids, mask))
+    first = logits.argmax(-1)
+    packs = args.rows >= fused.PACK_MIN_ROWS and args.steps >= fused.PACK_MIN_STEPS
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s); {args.shape}: {model.num_parameters() / 1e6:.0f} M "
+        f"params, {args.rows} rows, prompt {args.prompt_len}, {args.steps} steps; packing rule: weights >= "
+        f"{fused.PACK_MIN_WEIGHTS}, rows >= {fused.PACK_MIN_ROWS}, steps >= {fused.PACK_MIN_STEPS} "
+        f"({'this run meets it' if packs else 'this run is below it, so the engine would not pack'}; both forced here)"
+    )
+    fused.PACK_MIN_ROWS, fused.PACK_MIN_STEPS = 0, 0  # measure both variants whatever the rule says
+    variants = {"MKL F.linear": 10**15, "oneDNN packed": fused.PACK_MIN_WEIGHTS}
+    results: dict[str, tuple[list, list]] = {name: ([], []) for name in variants}
+    for threshold in variants.values():  # warm-up
+        run(model, cache, mask, first, 1, threshold)
+    for _ in range(args.repeats):
+        for name, threshold in variants.items():
+            build, step = run(model, cache, mask, first, args.steps, threshold)
+            results[name][0].append(build)
+            results[name][1].append(step)
+    base = results["MKL F.linear"][1]
+    for name, (builds, steps) in results.items():
+        speedup = [b / s for b, s in zip(base, steps, strict=True)]
+        print(
+            f"  {name:14s} ms/step (CPU) {fmt([1e3 * s for s in steps])} | tokens/s "
+            f"{fmt([args.rows / s for s in steps])} | x{fmt(speedup, 2)} per round | build s {fmt(builds, 2)}"
+        )
+    print("figures: min / median / max")
+
+
+if __name__ == "__main__":
+    main()
