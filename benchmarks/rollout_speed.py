@@ -10,16 +10,26 @@ shared machine the CPU-time figures are the stable ones). The model's shape is p
 `--decoder` picks HFRolloutEngine's decoder (auto = fused on a CPU for Llama / Qwen2; hf = transformers'
 forward). What made decoding faster (1 thread, CPU time; benchmarks/roofline.py has the figures):
 one prefill per distinct prompt instead of per row (the G samples of a group share it), inverse-CDF
-sampling (one uniform per row; torch.multinomial drew 260 exponentials per row, ~0.4 ms a step), and
-FusedDecoder (~16 ops per layer instead of ~40). Tried and not adopted: a preallocated cache under
-transformers' forward (same CPU time per step); torch.compile of transformers' decode step over
-StaticCache (~110 s to compile, not faster once warm: 11.1 vs 8.4-9.3 ms/step) and of a static-shape
-FusedDecoder step (full-width cache, tensor column index: 19 s to compile, then 25 ms/step against 6.1
-eager on the tiny model, 64 rows: Inductor's code for the per-row attention is slower than MKL's bmm);
-block-diagonal attention over r rows at a time (r times fewer, larger bmm matrices, masked off-block):
-same time per step at r = 2 and 4, ×1.3 slower at r = 8.
-What is left is memory-bound: the
-attention's many small per-row matrices and the weights stream from L3/DRAM each step.
+sampling (one uniform per row; torch.multinomial drew 260 exponentials per row, ~0.4 ms a step),
+FusedDecoder (~16 ops per layer instead of ~40), and its large projections packed for oneDNN's fp32
+linear (benchmarks/decode_step.py). Tried and not adopted:
+- a preallocated cache under transformers' forward: same CPU time per step;
+- torch.compile of transformers' decode step over StaticCache: ~110 s to compile, not faster once warm
+  (11.1 vs 8.4-9.3 ms/step); of a static-shape FusedDecoder step (full-width cache): 19 s to compile,
+  then 25 ms/step against 6.1 eager (tiny, 64 rows); of the FusedDecoder step with a dynamic column and
+  one cache tensor per layer (no recompiles, writes in place): 14-30 s to compile, then the same time per
+  step as eager: the matmul and bmm calls dominate, Inductor only fuses the elementwise ops around them;
+- Inductor-generated attention (mul + sum, rows outer or rows innermost): 1.0-1.4x slower than MKL's bmm;
+- block-diagonal attention over r rows at a time: same time at r = 2 and 4, 1.3x slower at r = 8;
+- the prompt's K/V held once per group (prefix sharing) in torch ops: +1-2 % (the extra cat / bmm ops
+  eat the saved bytes); a time-major cache [T, B*kv, D]: slower; MKL's packed sgemm: no gain in the loop;
+- a C attention kernel (ctypes, cc -O3 -march=native, K stored transposed) reading the prompt's K/V once
+  per group: decode x1.11 (tiny) and x1.10 (5.6 M), same tokens, in-process A/B; not adopted: hand-written
+  C compiled at run time for ~10 %;
+- transparent huge pages for cache and weights: not granted on this machine (THP = madvise, AnonHugePages
+  stays 0); larger glibc mmap thresholds (the 5.6 M cache's page faults cost ~1.5 % system time): noise.
+What is left is memory-bound: the attention's many small per-row matrices and the weights stream from
+L3/DRAM each step.
 
 Then one instrumented run of each splits a decoding step into model forward vs the rest (sampling +
 bookkeeping), and a torch.profiler run splits our "rest".
