@@ -138,6 +138,29 @@ def test_prefill_runs_each_distinct_prompt_once(monkeypatch):
     assert seen == [torch.Size([4, max(len(p) for p in prompts_of(tok))])]
 
 
+def test_a_torch_without_onednn_packing_decodes_unpacked(monkeypatch):
+    # A build whose oneDNN op is missing (or raises) must not break generation: the check fails once and
+    # every projection runs through F.linear, sampling what the unpacked decoder samples.
+    model, tok = make_model("qwen2-gqa2")
+    params = SamplingParams(n=3, max_new_tokens=6, seed=1)
+    unpacked = HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), params)
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("mkldnn::_reorder_linear_weight: not available on this build")
+
+    set_packing(monkeypatch, "all")
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", missing)
+    fused_module.packing_available.cache_clear()
+    try:
+        assert not fused_module.packing_available()
+        out = HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), params)
+    finally:
+        monkeypatch.undo()
+        fused_module.packing_available.cache_clear()
+    assert torch.equal(out.response_ids, unpacked.response_ids)
+    torch.testing.assert_close(out.logprobs, unpacked.logprobs, rtol=0, atol=0)
+
+
 def test_unsupported_models_fall_back_or_refuse():
     model, tok = make_model("qwen2-gqa2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
     reason = fused_unsupported(model)

@@ -13,8 +13,9 @@ This module runs the same maths on the same weights with fewer, larger ops:
 The prefill still runs through transformers (once per batch), whose cache is copied into the buffers.
 The fused weights are concatenated copies made once per `generate` call (the trainer changes the
 weights between calls); for large enough weights and batches they are packed for oneDNN's fp32 linear
-instead of MKL's (see PACK_MIN_WEIGHTS: x1.1 on the 5.6 M benchmark model, x1.8 on Qwen2.5-0.5B's shapes). Results equal transformers' up to float rounding; tests check the sampled
-log-probs against a teacher-forced re-scoring (`compute_logprobs`) to 1e-5 and greedy tokens exactly.
+instead of MKL's (see PACK_MIN_WEIGHTS: x1.1 on the 5.6 M benchmark model, x1.56 on Qwen2.5-0.5B's
+shapes). Results equal transformers' up to float rounding; tests check the sampled log-probs against a
+teacher-forced re-scoring (`compute_logprobs`) to 1e-5 and greedy tokens exactly.
 
 Supported: `LlamaForCausalLM` / `Qwen2ForCausalLM` with plain `nn.Linear` layers, SiLU MLP, full
 attention on every layer (no sliding window); any RoPE type (the model's own rotary module computes
@@ -24,6 +25,7 @@ and the engine uses transformers' forward.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -75,12 +77,27 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
 # When a projection runs through oneDNN's packed fp32 linear (the kernel PyTorch's Inductor picks on a CPU)
 # instead of MKL's F.linear. Measured at 64 rows, 1 thread: x1.08 at 128x768 weights, x1.16 at 256x1280,
 # x1.4 at 896x1152 and x2.1 at 896x9728 (Qwen2.5-0.5B's q|k|v and gate|up); a whole Qwen2.5-0.5B-shaped
-# decode step x1.77. Below ~100 k weights its per-call overhead loses (x0.69 at 128x128), below ~32 rows it
-# is as often slower as faster, and packing costs about one copy of the weights per batch, which a
-# handful of steps does not win back.
+# decode step x1.56 (benchmarks/decode_step.py). Below ~100 k weights its per-call overhead loses (x0.69
+# at 128x128), below ~32 rows it is as often slower as faster, and packing costs about one copy of the
+# weights per batch, which a handful of steps does not win back.
 PACK_MIN_WEIGHTS = 96 * 1024
 PACK_MIN_ROWS = 32
 PACK_MIN_STEPS = 16
+
+
+@functools.cache
+def packing_available() -> bool:
+    """Whether this torch build runs oneDNN's packed fp32 linear, and gets F.linear's result (checked once)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        with torch.inference_mode():
+            weight, x = torch.randn(8, 16), torch.randn(4, 16)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, 4)
+            y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        return torch.allclose(y, F.linear(x, weight), atol=1e-5)
+    except (RuntimeError, AttributeError, NotImplementedError):  # op missing or not built for this CPU
+        return False
 
 
 class _Proj:
@@ -93,7 +110,7 @@ class _Proj:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, pack: bool):
         self.bias = bias
         pack = pack and weight.numel() >= PACK_MIN_WEIGHTS and weight.device.type == "cpu"
-        pack = pack and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+        pack = pack and weight.dtype == torch.float32 and packing_available()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if pack else None
         self.weight = None if self.packed is not None else weight
 
