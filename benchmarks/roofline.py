@@ -7,16 +7,18 @@
    HFRolloutEngine's two decoders, measured alternately in one run (`hf`: transformers' forward with a
    DynamicCache; `fused`: hadw's FusedDecoder, the default on a CPU), and one optimiser step
    (teacher-forced log-probs + GRPO loss + backward + AdamW), each as achieved GFLOP/s and as a
-   fraction of the 1-thread matmul peak (both run at 1 thread).
+   fraction of the 1-thread matmul peak (both run at 1 thread). The peak's matmul is timed again in
+   every round next to the model runs, and each round's rate is divided by that round's peak.
 
 FLOPs counted: 2 per weight per token for a forward (LM head included, embedding lookup not), plus
 attention's 4·layers·hidden·context per token; a generate call is the prefill of each distinct prompt
 plus new_tokens - 1 steps of every row; a training step is 3× its forward (forward + backward).
 A fraction well under 1 with low arithmetic intensity means per-op overhead, not the hardware, sets
 the speed. The machine may be shared: each figure is min / median / max over --repeats runs, by wall
-time and by process CPU time; the fractions compare CPU-time rates, which time-sharing leaves alone.
+time and by process CPU time; the fractions compare CPU-time rates, which time-sharing leaves alone,
+measured in the same round, which drifting load (other tenants' memory traffic, clocks) hits alike.
 
-    .venv/bin/python benchmarks/roofline.py [--repeats 5]
+    .venv/bin/python benchmarks/roofline.py [--repeats 5] [--rows 64 --prompt-len 16 --new-tokens 64]
 """
 
 from __future__ import annotations
@@ -105,13 +107,25 @@ def bench_model(
     name: str,
     shape: dict,
     repeats: int,
-    peak: float,
+    peak_size: int,
     rows: int = ROWS,
     prompt_len: int = PROMPT_LEN,
     new_tokens: int = NEW_TOKENS,
 ) -> list[str]:
-    """Report lines for one model: decode (both decoders) and a training step, on `rows` = prompts x 8."""
+    """Report lines for one model: decode (both decoders) and a training step, on `rows` = prompts x 8.
+
+    Each round also times a peak_size matmul, so every fraction divides a rate by the peak measured in
+    the same round: load that drifts during the run (memory traffic of other tenants, clocks) hits both.
+    """
     torch.set_num_threads(1)
+    a, b = torch.randn(peak_size, peak_size), torch.randn(peak_size, peak_size)
+    reps = max(1, int(2e9 / (2 * peak_size**3)))
+    peak_flop = 2 * peak_size**3 * reps
+
+    def peak_probe():
+        for _ in range(reps):
+            torch.mm(a, b)
+
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = load_model(build_tiny_model(tmp, **shape), device="cpu")
     cfg = model.config
@@ -125,9 +139,8 @@ def bench_model(
     prefill_flop = (rows // 8) * prompt_len * model_flops_per_token(model, prompt_len / 2)
     steps_flop = rows * (new_tokens - 1) * model_flops_per_token(model, prompt_len + new_tokens / 2)
     decode_flop = prefill_flop + steps_flop
-    decode = spread_alternating(
-        {name: (lambda e=e: e.generate(prompts, params)) for name, e in engines.items()}, repeats
-    )
+    runs = {name: (lambda e=e: e.generate(prompts, params)) for name, e in engines.items()}
+    decode = spread_alternating({"peak": peak_probe, **runs}, repeats)
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -143,15 +156,16 @@ def bench_model(
 
     seq = prompt_len + new_tokens
     train_flop = 3 * rows * seq * model_flops_per_token(model, seq / 2)
-    t_wall, t_cpu = spread(train_step, repeats)
+    train = spread_alternating({"peak": peak_probe, "train": train_step}, repeats)
     model.eval()
 
-    def line(what, flop, walls, cpus, unit_count, unit):
+    def line(what, flop, walls, cpus, peak_cpus, unit_count, unit):
         gf_cpu = [flop / c / 1e9 for c in cpus]
+        fraction = [100 * (flop / c) / (peak_flop / pc) for c, pc in zip(cpus, peak_cpus, strict=True)]
         return (
             f"  {name:5s} {what:12s} {unit:8s} by wall {fmt([unit_count / w for w in walls])}, by CPU "
-            f"{fmt([unit_count / c for c in cpus])} | GFLOP/s by CPU {fmt(gf_cpu)} = % of peak "
-            f"{fmt([100 * g / peak for g in gf_cpu])}"
+            f"{fmt([unit_count / c for c in cpus])} | GFLOP/s by CPU {fmt(gf_cpu)} = % of the round's peak "
+            f"{fmt(fraction)}"
         )
 
     header = (
@@ -163,10 +177,10 @@ def bench_model(
     speedup = [h / f for h, f in zip(decode["hf"][1], decode["fused"][1], strict=True)]  # same round
     return [
         header,
-        line("decode hf", decode_flop, *decode["hf"], rows * new_tokens, "tokens/s"),
-        line("decode fused", decode_flop, *decode["fused"], rows * new_tokens, "tokens/s"),
+        line("decode hf", decode_flop, *decode["hf"], decode["peak"][1], rows * new_tokens, "tokens/s"),
+        line("decode fused", decode_flop, *decode["fused"], decode["peak"][1], rows * new_tokens, "tokens/s"),
         f"  {name:5s} fused / hf tokens per CPU-second, round by round: {fmt(speedup, digits=2)} (min / median / max)",
-        line("train step", train_flop, t_wall, t_cpu, 1, "steps/s"),
+        line("train step", train_flop, *train["train"], train["peak"][1], 1, "steps/s"),
     ]
 
 
@@ -199,11 +213,12 @@ def main() -> None:
     ridge = peak / statistics.median(bw_cpu)
     print(f"  ridge point (1 thread)   {ridge:.1f} FLOP/byte (by-CPU matmul peak / by-CPU copy bandwidth)")
     for name in args.models:
-        for row in bench_model(name, MODELS[name], args.repeats, peak, args.rows, args.prompt_len, args.new_tokens):
+        for row in bench_model(name, MODELS[name], args.repeats, n1, args.rows, args.prompt_len, args.new_tokens):
             print(row)
     print(
-        "(model runs use 1 thread; % of peak = GFLOP/s per CPU-second over the median 1-thread peak per "
-        "CPU-second, so time the scheduler gives to other processes counts on neither side)"
+        f"(model runs use 1 thread; % of the round's peak = GFLOP/s per CPU-second over the GFLOP/s per CPU-second "
+        f"of an n={n1} matmul timed in the same round, so neither time the scheduler gives to other processes "
+        "nor load that drifts during the run favours one side)"
     )
 
 
