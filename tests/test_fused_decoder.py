@@ -161,6 +161,16 @@ def test_a_torch_without_onednn_packing_decodes_unpacked(monkeypatch):
     torch.testing.assert_close(out.logprobs, unpacked.logprobs, rtol=0, atol=0)
 
 
+def test_packed_decoding_leaves_the_global_rng_alone(monkeypatch):
+    # The one-off oneDNN check runs inside generate(); like sampling, it must not draw from torch's RNG.
+    model, tok = make_model("qwen2-gqa2")
+    set_packing(monkeypatch, "all")
+    fused_module.packing_available.cache_clear()
+    state = torch.get_rng_state()
+    HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), SamplingParams(n=2, max_new_tokens=4))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_unsupported_models_fall_back_or_refuse():
     model, tok = make_model("qwen2-gqa2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
     reason = fused_unsupported(model)
