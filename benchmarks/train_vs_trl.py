@@ -41,6 +41,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
+from trl_cpu import CPU_BEST, QUIET, describe
 
 from hadw.data import sample_problems
 from hadw.rewards import exact_item
@@ -119,15 +120,10 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
         beta=0.0,
         num_iterations=1,
         max_steps=opt_steps * (batches + 1),
-        report_to=[],
-        use_cpu=True,
         logging_steps=1000,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
         shuffle_dataset=False,
-        bf16=False,
-        gradient_checkpointing=False,  # a CPU's best: fp32 matmuls, no activation recomputation
+        **CPU_BEST,  # fp32 matmuls, no activation recomputation (trl_cpu.py)
+        **QUIET,
     )
     callbacks = [timer] if timer is not None else []
     return GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
@@ -162,9 +158,7 @@ def print_settings(model_dir: Path, threads: int) -> None:
             f"load average {os.getloadavg()[0]:.1f}"
         )
         print(
-            f"TRL settings: bf16={a.bf16}, fp16={a.fp16}, gradient_checkpointing={a.gradient_checkpointing}, "
-            f"accelerator.mixed_precision={probe.accelerator.mixed_precision}, use_cpu={a.use_cpu}, "
-            f"model dtype={probe.model.dtype}, beta={a.beta}, num_iterations={a.num_iterations}, "
+            f"TRL settings: {describe(probe)}, beta={a.beta}, num_iterations={a.num_iterations}, "
             f"loss_type={a.loss_type}"
         )
     print(

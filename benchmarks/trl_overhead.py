@@ -27,6 +27,7 @@ import torch
 import trl
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
+from trl_cpu import CPU_BEST, QUIET, describe
 
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
 from hadw.rollout.models import build_tiny_model
@@ -59,14 +60,9 @@ def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: 
         num_generations=4,
         max_completion_length=completion,
         max_steps=steps,
-        report_to=[],
-        use_cpu=True,
         logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        bf16=False,  # TRL's default True autocasts to bf16, which a CPU emulates (~100x slower matmuls)
-        gradient_checkpointing=False,  # TRL's default True recomputes activations: GPU memory, not CPU speed
+        **CPU_BEST,  # not TRL's GPU defaults (trl_cpu.py)
+        **QUIET,
     )
     prompts = Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(4 * batch * steps)]})
     trainer = trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
@@ -75,11 +71,7 @@ def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: 
     cpu, wall = (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
     if not hasattr(run, "printed"):
         run.printed = True
-        print(
-            f"TRL {trl.__version__}, torch {torch.__version__}: bf16={args.bf16}, "
-            f"gradient_checkpointing={args.gradient_checkpointing}, "
-            f"accelerator.mixed_precision={trainer.accelerator.mixed_precision}, model dtype={trainer.model.dtype}"
-        )
+        print(f"TRL {trl.__version__}, torch {torch.__version__}: {describe(trainer)}")
     return cpu, wall, getattr(trainer, "adapter_seconds", 0.0) / steps
 
 
