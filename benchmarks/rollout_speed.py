@@ -105,6 +105,28 @@ class ForwardTimer:
         FusedDecoder.step = self._step
 
 
+# torch.profiler op names -> the part of a decode step they belong to. "other" holds the rest: norms, RoPE,
+# cache writes, SiLU, the Python between ops and the profiler's own per-op cost, so it reads high.
+STEP_PARTS = {
+    "projections": ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"),
+    "attention": ("aten::bmm", "aten::baddbmm", "aten::_softmax"),  # rows of < 16 columns softmax in 4 ops
+}
+
+
+def forward_shares(prof) -> dict[str, float]:
+    """Share of the self CPU time inside "rollout/forward" (the decode steps) by part of the step."""
+    totals = dict.fromkeys([*STEP_PARTS, "other"], 0.0)
+    for event in prof.events():
+        region = event
+        while region is not None and region.name != "rollout/forward":
+            region = region.cpu_parent
+        if region is not None:
+            part = next((k for k, names in STEP_PARTS.items() if event.name in names), "other")
+            totals[part] += event.self_cpu_time_total
+    total = sum(totals.values()) or 1.0
+    return {part: value / total for part, value in totals.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-dir", default=None, help="local checkpoint; default: build the tiny model")
@@ -209,6 +231,8 @@ def main() -> None:
         ms = labelled.get(key, 0.0)
         print(f"    {key:22s} {ms / steps:7.3f} ms/step  ({100 * ms / (total * 1e3):4.1f}%)")
     print(f"    {'outside the loop':22s} {outside:7.3f} ms total  (padding, decoder setup, decode to text)")
+    shares = forward_shares(prof)
+    print("    rollout/forward by op: " + ", ".join(f"{part} {100 * share:.0f} %" for part, share in shares.items()))
 
 
 if __name__ == "__main__":
