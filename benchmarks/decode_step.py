@@ -4,8 +4,9 @@ The fused decoder packs a projection for oneDNN's fp32 linear when the weight, t
 of steps are large enough (hadw/rollout/fused.py, PACK_MIN_*). This measures what that choice is worth on
 the benchmark models and on Qwen2.5-0.5B's shapes (random weights from its config: nothing is
 downloaded; ~2 GB of memory). Both variants run alternately in one process, 1 thread by default, on the
-same prefill; reported: CPU ms per step and tokens/s (min / median / max over --repeats rounds), the
-per-round speedup, and the one-off cost of building the decoder (weight copies, packing, cache).
+same prompts; reported: CPU ms per step and tokens/s (min / median / max over --repeats rounds), the
+per-round speedup, and the one-off costs of building the decoder (weight copies, packing, cache) and of
+the prefill (each distinct prompt once, on the same weights).
 
     .venv/bin/python benchmarks/decode_step.py                      # qwen2.5-0.5b, 64 rows, 16 steps
     .venv/bin/python benchmarks/decode_step.py --shape 5.6M --steps 32
@@ -21,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hadw.rollout import fused
-from hadw.rollout.logprobs import prefill_shared, prompt_groups
+from hadw.rollout.logprobs import prompt_groups
 
 SHAPES = {  # Qwen2 configs; tiny and 5.6M are benchmarks/roofline.py's models
     "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
@@ -39,16 +40,18 @@ def fmt(values: list[float], digits: int = 1) -> str:
 
 
 @torch.inference_mode()
-def run(model, cache, mask, first, steps: int, pack_min_weights: int) -> tuple[float, float]:
-    """(CPU seconds to build the decoder, CPU seconds per step) for one pass of `steps` greedy steps."""
+def run(model, ids, mask, steps: int, pack_min_weights: int) -> tuple[float, float, float]:
+    """CPU seconds (to build the decoder, to prefill, per step) for one pass of `steps` greedy steps."""
     fused.PACK_MIN_WEIGHTS = pack_min_weights
     start = time.process_time()
-    decoder = fused.FusedDecoder(model, cache, mask, max_new_tokens=steps)
+    decoder = fused.FusedDecoder(model, mask, max_new_tokens=steps)
     built = time.process_time()
-    tokens, positions = first, mask.sum(1)
+    tokens = decoder.prefill(ids, *prompt_groups(ids, mask)).argmax(-1)
+    prefilled = time.process_time()
+    positions = mask.sum(1)
     for s in range(steps):
         tokens = decoder.step(tokens, positions + s).argmax(-1)
-    return built - start, (time.process_time() - built) / steps
+    return built - start, prefilled - built, (time.process_time() - prefilled) / steps
 
 
 def main() -> None:
@@ -66,9 +69,6 @@ def main() -> None:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     ids = torch.randint(10, 250, (args.rows // 8, args.prompt_len)).repeat_interleave(8, 0)
     mask = torch.ones_like(ids)
-    with torch.inference_mode():
-        logits, cache = prefill_shared(model, ids, mask, *prompt_groups(ids, mask))
-    first = logits.argmax(-1)
     packs = args.rows >= fused.PACK_MIN_ROWS and args.steps >= fused.PACK_MIN_STEPS
     print(
         f"torch {torch.__version__}, {args.threads} thread(s); {args.shape}: {model.num_parameters() / 1e6:.0f} M "
@@ -78,20 +78,20 @@ def main() -> None:
     )
     fused.PACK_MIN_ROWS, fused.PACK_MIN_STEPS = 0, 0  # measure both variants whatever the rule says
     variants = {"MKL F.linear": 10**15, "oneDNN packed": fused.PACK_MIN_WEIGHTS}
-    results: dict[str, tuple[list, list]] = {name: ([], []) for name in variants}
+    results: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in variants}
     for threshold in variants.values():  # warm-up
-        run(model, cache, mask, first, 1, threshold)
+        run(model, ids, mask, 1, threshold)
     for _ in range(args.repeats):
         for name, threshold in variants.items():
-            build, step = run(model, cache, mask, first, args.steps, threshold)
-            results[name][0].append(build)
-            results[name][1].append(step)
-    base = results["MKL F.linear"][1]
-    for name, (builds, steps) in results.items():
+            for store, value in zip(results[name], run(model, ids, mask, args.steps, threshold), strict=True):
+                store.append(value)
+    base = results["MKL F.linear"][2]
+    for name, (builds, prefills, steps) in results.items():
         speedup = [b / s for b, s in zip(base, steps, strict=True)]
         print(
             f"  {name:14s} ms/step (CPU) {fmt([1e3 * s for s in steps])} | tokens/s "
-            f"{fmt([args.rows / s for s in steps])} | x{fmt(speedup, 2)} per round | build s {fmt(builds, 2)}"
+            f"{fmt([args.rows / s for s in steps])} | x{fmt(speedup, 2)} per round | build s {fmt(builds, 2)} "
+            f"| prefill s {fmt(prefills, 2)}"
         )
     print("figures: min / median / max")
 

@@ -79,21 +79,24 @@ def timed_both(fn: Callable[[], object], device: torch.device) -> tuple[float, f
 
 
 class ForwardTimer:
-    """Wall time spent inside model.forward (hooks on the top module) and FusedDecoder.step (the fused
-    decoder's forward, which bypasses the module), synchronised on CUDA."""
+    """Wall time spent inside model.forward (hooks on the top module) and FusedDecoder's prefill and step
+    (the fused decoder's forward, which bypasses the module), synchronised on CUDA."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.total, self.calls, self._start, self.device = 0.0, 0, 0.0, device
         self._handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
-        self._step = FusedDecoder.step
+        self._originals = {name: getattr(FusedDecoder, name) for name in ("prefill", "step")}
+        for name, method in self._originals.items():
+            setattr(FusedDecoder, name, self._timed(method))
 
-        def timed_step(decoder, *args, **kwargs):
+    def _timed(self, method):
+        def timed(decoder, *args, **kwargs):
             self._pre()
-            out = self._step(decoder, *args, **kwargs)
+            out = method(decoder, *args, **kwargs)
             self._post()
             return out
 
-        FusedDecoder.step = timed_step
+        return timed
 
     def _pre(self, *_):
         sync(self.device)
@@ -107,7 +110,8 @@ class ForwardTimer:
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
-        FusedDecoder.step = self._step
+        for name, method in self._originals.items():
+            setattr(FusedDecoder, name, method)
 
 
 # torch.profiler op names -> the part of a decode step they belong to. "other" holds the rest: norms, RoPE,
@@ -223,7 +227,7 @@ def main() -> None:
         print(
             f"  {name:16s} total {1e3 * total / steps:6.2f} ms/step = forward {1e3 * timer.total / steps:6.2f} "
             f"({100 * timer.total / total:4.1f}%) + sampling & bookkeeping {1e3 * rest / steps:6.2f} "
-            f"({100 * rest / total:4.1f}%)  [{timer.calls} forward calls, fused steps included]"
+            f"({100 * rest / total:4.1f}%)  [{timer.calls} forward calls, fused prefill and steps included]"
         )
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

@@ -8,8 +8,11 @@ transformers' own forward (`compute_logprobs`), and the sampled tokens of the `h
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from hadw.rollout import (
@@ -21,6 +24,7 @@ from hadw.rollout import (
     fused_unsupported,
 )
 from hadw.rollout import fused as fused_module
+from hadw.rollout.logprobs import position_ids_from_mask
 from hadw.rollout.sampling import draw
 
 QUESTIONS = ["1+1=", "What is 12*3? Put the answer in \\boxed{}.", "7/8", "1+1="]  # lengths differ; one repeats
@@ -110,32 +114,46 @@ def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, tem
 def test_fused_step_logits_equal_the_models_forward(pack, monkeypatch):
     # One step, compared on full logits (not just the sampled token's log-prob).
     set_packing(monkeypatch, pack)
-    model, tok = make_model("llama-gqa4-biases-headdim")
-    engine = HFRolloutEngine(model, tok, decoder="fused")
+    model, _ = make_model("llama-gqa4-biases-headdim")
     ids = torch.tensor([[0, 0, 5, 9, 12], [7, 8, 9, 10, 11]])
     mask = (ids != 0).long()
     with torch.inference_mode():
-        logits, cache = engine._prefill(ids, mask)
-        decoder = FusedDecoder(model, cache, mask, max_new_tokens=4)
+        decoder = FusedDecoder(model, mask, max_new_tokens=4)
         assert all((p.packed is not None) == (pack == "all") for p in [decoder.lm_head, decoder.layers[0].down])
+        logits = decoder.prefill(ids, torch.tensor([0, 1]), torch.tensor([0, 1]))
+        prompt_reference = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask))
         nxt = logits.argmax(-1)
         fused_logits = decoder.step(nxt, mask.sum(1))
         full = torch.cat([ids, nxt[:, None]], 1)
         full_mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1)
-        positions = (full_mask.cumsum(1) - 1).clamp(min=0)
-        reference = model(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, -1]
-    torch.testing.assert_close(fused_logits, reference, rtol=0, atol=1e-5)
+        reference = model(input_ids=full, attention_mask=full_mask, position_ids=position_ids_from_mask(full_mask))
+    torch.testing.assert_close(logits, prompt_reference.logits[:, -1], rtol=0, atol=1e-5)  # the fused prefill
+    torch.testing.assert_close(fused_logits, reference.logits[:, -1], rtol=0, atol=1e-5)  # one step on its cache
 
 
-def test_prefill_runs_each_distinct_prompt_once(monkeypatch):
+@pytest.mark.parametrize("decoder", ["hf", "fused"])
+def test_prefill_runs_each_distinct_prompt_once(decoder, monkeypatch):
+    # 4 prompts (2 identical, but not adjacent groups: each group of 8 rows is prefilled once) -> 4 rows:
+    # through the model's forward (hf), or through SDPA once per layer inside FusedDecoder.prefill.
     model, tok = make_model("qwen2-gqa2")
     seen = []
-    forward = model.forward
-    engine = HFRolloutEngine(model, tok, decoder="fused")
-    monkeypatch.setattr(model, "forward", lambda *a, **k: seen.append(k["input_ids"].shape) or forward(*a, **k))
-    engine.generate(prompts_of(tok), SamplingParams(n=8, max_new_tokens=3))
-    # 4 prompts (2 identical, but not adjacent groups: each group of 8 rows is prefilled once) -> 4 rows.
-    assert seen == [torch.Size([4, max(len(p) for p in prompts_of(tok))])]
+    if decoder == "hf":
+        forward = model.forward
+
+        @functools.wraps(forward)  # keeps the signature the engine reads the cache's name from
+        def spy(*args, **kwargs):
+            if kwargs["input_ids"].shape[1] > 1:  # the prefill; the steps feed one column
+                seen.append(kwargs["input_ids"].shape[0])
+            return forward(*args, **kwargs)
+
+        monkeypatch.setattr(model, "forward", spy)
+    else:
+        sdpa = F.scaled_dot_product_attention
+        monkeypatch.setattr(
+            F, "scaled_dot_product_attention", lambda q, *a, **k: seen.append(len(q)) or sdpa(q, *a, **k)
+        )
+    HFRolloutEngine(model, tok, decoder=decoder).generate(prompts_of(tok), SamplingParams(n=8, max_new_tokens=3))
+    assert seen == [4] * (1 if decoder == "hf" else model.config.num_hidden_layers)
 
 
 def test_a_torch_without_onednn_packing_decodes_unpacked(monkeypatch):

@@ -166,8 +166,12 @@ class HFRolloutEngine:
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         num_real = prompt_mask.sum(dim=1)  # [B]: position of the first response token
         with record_function("rollout/prefill"):
-            logits, cache = self._prefill(prompt_ids, prompt_mask)
-        fused = FusedDecoder(self.model, cache, prompt_mask, max_new) if self.uses_fused() else None
+            fused, cache = None, None
+            if self.uses_fused():  # the fused weights run the prefill too, straight into their own cache
+                fused = FusedDecoder(self.model, prompt_mask, max_new)
+                logits = fused.prefill(prompt_ids, *prompt_groups(prompt_ids, prompt_mask))
+            else:
+                logits, cache = self._prefill(prompt_ids, prompt_mask)
 
         steps = 0
         for t in range(max_new):
