@@ -11,8 +11,10 @@ shared machine the CPU-time figures are the stable ones). The model's shape is p
 forward). What made decoding faster (1 thread, CPU time; benchmarks/roofline.py has the figures):
 one prefill per distinct prompt instead of per row (the G samples of a group share it), inverse-CDF
 sampling (one uniform per row; torch.multinomial drew 260 exponentials per row, ~0.4 ms a step),
-FusedDecoder (~16 ops per layer instead of ~40), and its large projections packed for oneDNN's fp32
-linear (benchmarks/decode_step.py). Tried and not adopted:
+FusedDecoder (~16 ops per layer instead of ~40), its large projections packed for oneDNN's fp32 linear
+(benchmarks/decode_step.py), and the prefill on the same weights, straight into the decoder's cache
+(x1.1-1.3 less CPU time than transformers' forward plus the copy). Against earlier releases:
+benchmarks/rollout_vs_ref.py. Tried and not adopted:
 - a preallocated cache under transformers' forward: same CPU time per step;
 - torch.compile of transformers' decode step over StaticCache: ~110 s to compile, not faster once warm
   (11.1 vs 8.4-9.3 ms/step); of a static-shape FusedDecoder step (full-width cache): 19 s to compile,
