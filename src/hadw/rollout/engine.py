@@ -43,7 +43,7 @@ DECODERS = ("auto", "fused", "hf")
 class HFRolloutEngine:
     """RolloutEngine over a `transformers` causal LM (any device, any dtype).
 
-    decoder: how the one-token steps after the prefill run. "fused": hadw's FusedDecoder (Llama / Qwen2
+    decoder: how the prefill and the one-token steps run. "fused": hadw's FusedDecoder (Llama / Qwen2
     only; ×1.3 the tokens/s of "hf" on a CPU at 64 rows × 64 new tokens, ×1.05–1.2 for 6-token answers,
     benchmarks/roofline.py); "hf": the model's own forward with a DynamicCache; "auto": fused for float32
     weights on a CPU when the model supports it, else hf (on a GPU transformers' SDPA kernels are kept).
