@@ -226,7 +226,9 @@ class FusedDecoder:
             q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), qkv[:, :, nh + kv :].transpose(1, 2)
             self.cache[i, 0, :, :width].view(batch, kv, width, d).copy_(k.index_select(0, inverse))  # [B, nkv, P, D]
             self.cache[i, 1, :, :width].view(batch, kv, width, d).copy_(v.index_select(0, inverse))
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale, enable_gqa=nh != kv)
+            if nh != kv:  # each kv head serves its g query heads (SDPA's enable_gqa needs torch >= 2.5)
+                k, v = k.repeat_interleave(nh // kv, dim=1), v.repeat_interleave(nh // kv, dim=1)
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale)
             h = w.o.add_to(h, attn.transpose(1, 2).reshape(prompts * width, nh * d))  # [U P, H]
             x = F.rms_norm(h, (hidden,), w.norm_post, self.eps)
             gate_up = w.gate_up(x)
