@@ -74,7 +74,7 @@ class HFRolloutEngine:
         self._cache_arg = cache_kwarg(model) or "past_key_values"
 
     def uses_fused(self) -> bool:
-        """Whether the decode steps run through FusedDecoder (decided per call: the device may change)."""
+        """Whether prefill and decode steps run through FusedDecoder (decided per call: the device may change)."""
         if self.decoder == "auto":  # where it is measured and tested: float32 weights on a CPU
             on_cpu_fp32 = self.model.device.type == "cpu" and self.model.dtype == torch.float32
             return on_cpu_fp32 and fused_unsupported(self.model) is None

@@ -201,6 +201,15 @@ class FusedDecoder:
             down=_Proj(mlp.down_proj.weight, mlp.down_proj.bias, rows, pack),
         )
 
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """RoPE on heads x [..., heads, D] with tables [..., 1, D]: x cos + rotate_half(x) sin, the sign in sin."""
+        return torch.addcmul(x * cos, x.roll(self.half, -1), sin)
+
+    def _mlp(self, w: _Layer, h: torch.Tensor) -> torch.Tensor:
+        """h + down(silu(gate) * up) of rms_norm(h), the residual add fused into down. h: [rows, H]."""
+        gate_up = w.gate_up(F.rms_norm(h, (h.shape[-1],), w.norm_post, self.eps))  # [rows, 2 I]
+        return w.down.add_to(h, F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter :])
+
     @torch.inference_mode()
     def prefill(self, prompt_ids: torch.Tensor, first: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
         """Run each distinct prompt once and fill every row's cache with its K/V.
@@ -222,17 +231,14 @@ class FusedDecoder:
         for i, w in enumerate(self.layers):
             x = F.rms_norm(h, (hidden,), w.norm_in, self.eps)
             qkv = w.qkv(x).view(prompts, width, nh + 2 * kv, d)
-            qk = torch.addcmul(qkv[:, :, : nh + kv] * cos, qkv[:, :, : nh + kv].roll(self.half, -1), sin)
+            qk = self._rope(qkv[:, :, : nh + kv], cos, sin)
             q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), qkv[:, :, nh + kv :].transpose(1, 2)
             self.cache[i, 0, :, :width].view(batch, kv, width, d).copy_(k.index_select(0, inverse))  # [B, nkv, P, D]
             self.cache[i, 1, :, :width].view(batch, kv, width, d).copy_(v.index_select(0, inverse))
             if nh != kv:  # each kv head serves its g query heads (SDPA's enable_gqa needs torch >= 2.5)
                 k, v = k.repeat_interleave(nh // kv, dim=1), v.repeat_interleave(nh // kv, dim=1)
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale)
-            h = w.o.add_to(h, attn.transpose(1, 2).reshape(prompts * width, nh * d))  # [U P, H]
-            x = F.rms_norm(h, (hidden,), w.norm_post, self.eps)
-            gate_up = w.gate_up(x)
-            h = w.down.add_to(h, F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter :])
+            h = self._mlp(w, w.o.add_to(h, attn.transpose(1, 2).reshape(prompts * width, nh * d)))  # [U P, H]
         self.length = width
         last = h.view(prompts, width, hidden)[:, -1]  # left padding: the last column is every prompt's last token
         return self.lm_head(F.rms_norm(last, (hidden,), self.final_norm, self.eps))[inverse]  # [B, V]
@@ -252,7 +258,7 @@ class FusedDecoder:
             x = F.rms_norm(h, (h.shape[-1],), w.norm_in, self.eps)
             qkv = w.qkv(x)  # [B, (nh + 2 nkv) D]
             qk = qkv[:, : (nh + kv) * d].view(batch, nh + kv, d)
-            qk = torch.addcmul(qk * cos, qk.roll(self.half, -1), sin)  # RoPE on q and k at once
+            qk = self._rope(qk, cos, sin)  # RoPE on q and k at once
             keys, values = self.cache[i, 0], self.cache[i, 1]  # [B * nkv, T, D]
             keys[:, col] = qk[:, nh:].reshape(batch * kv, d)
             values[:, col] = qkv[:, (nh + kv) * d :].reshape(batch * kv, d)
@@ -260,10 +266,6 @@ class FusedDecoder:
             scores = torch.baddbmm(bias, q, keys[:, : col + 1].transpose(1, 2), alpha=self.scale)
             probs = _softmax(scores)  # [B * nkv, g, col + 1]
             attn = torch.bmm(probs, values[:, : col + 1]).view(batch, nh * d)
-            h = w.o.add_to(h, attn)  # [B, H]
-            x = F.rms_norm(h, (h.shape[-1],), w.norm_post, self.eps)
-            gate_up = w.gate_up(x)  # [B, 2 I]
-            act = F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter :]
-            h = w.down.add_to(h, act)
+            h = self._mlp(w, w.o.add_to(h, attn))  # [B, H]
         h = F.rms_norm(h, (h.shape[-1],), self.final_norm, self.eps)
         return self.lm_head(h)  # [B, V]

@@ -123,8 +123,8 @@ class RolloutConfig:
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
     max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
-    # How tokens after the prompt are decoded: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU, where
-    # per-op overhead bounds speed; transformers' forward elsewhere) | fused | hf (transformers' forward).
+    # How the prompt and the tokens after it run: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU,
+    # where per-op overhead bounds speed; transformers' forward elsewhere) | fused | hf (transformers' forward).
     # Same samples either way up to float rounding (log-probs agree to ~1e-6); benchmarks/roofline.py.
     decoder: str = "auto"
 
