@@ -25,11 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_models import MODELS
+
 RELEASE_0_2_0 = "21c14f4"  # the commit 0.2.0 was cut from (CHANGELOG "0.2.0")
-MODELS = {  # build_tiny_model kwargs, as benchmarks/roofline.py
-    "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
-    "5.6M": dict(hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=640),
-}
 SHAPES = [(128, 6, 16), (64, 64, 16), (64, 16, 128)]  # (rows = prompts x 8, new tokens, prompt tokens)
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -34,17 +34,13 @@ import time
 from collections.abc import Callable
 
 import torch
+from bench_models import MODELS
 from transformers.utils import logging as hf_logging
 
 from hadw.core import LOSS_PRESETS, policy_loss
 from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.fused import packing_available
 
-# name -> build_tiny_model kwargs. "tiny" is the CPU demo/test model.
-MODELS = {
-    "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
-    "5.6M": dict(hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=640),
-}
 ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # defaults: 8 prompts x G = 8, the shape of one rollout batch
 
 
@@ -81,9 +77,8 @@ def peak_probe(library: str, n: int) -> tuple[Callable[[], object], int]:
     if library == "mkl":
         return (lambda: [torch.mm(a, b) for _ in range(reps)]), 2 * n**3 * reps
     packed = torch.ops.mkldnn._reorder_linear_weight(b, n)
-    return (lambda: [torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "") for _ in range(reps)]), (
-        2 * n**3 * reps
-    )
+    matmul = torch.ops.mkldnn._linear_pointwise
+    return (lambda: [matmul(a, packed, None, "none", [], "") for _ in range(reps)]), 2 * n**3 * reps
 
 
 def matmul_peaks(threads: int, repeats: int) -> dict[str, tuple[int, list[float], list[float]]]:
