@@ -19,16 +19,19 @@ import statistics
 import time
 
 import torch
+from bench_models import MODELS
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hadw.rollout import fused
 from hadw.rollout.logprobs import prompt_groups
 
-SHAPES = {  # Qwen2 configs; tiny and 5.6M are benchmarks/roofline.py's models
-    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=260),
-    "5.6M": dict(hidden_size=256, intermediate_size=640, num_hidden_layers=8, num_attention_heads=8,
-                 num_key_value_heads=4, vocab_size=260),
+SHAPES = {  # Qwen2 configs: the benchmark models (bench_models.py, the tiny tokenizer's 260 tokens) and a real one
+    **{
+        name: dict(hidden_size=m["hidden_size"], intermediate_size=m["intermediate_size"],
+                   num_hidden_layers=m["num_layers"], num_attention_heads=m["num_heads"],
+                   num_key_value_heads=m["num_kv_heads"], vocab_size=260)
+        for name, m in MODELS.items()
+    },
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936),
 }  # fmt: skip
