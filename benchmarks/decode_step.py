@@ -6,7 +6,10 @@ the benchmark models and on Qwen2.5-0.5B's shapes (random weights from its confi
 downloaded; ~2 GB of memory). Both variants run alternately in one process, 1 thread by default, on the
 same prompts; reported: CPU ms per step and tokens/s (min / median / max over --repeats rounds), the
 per-round speedup, and the one-off costs of building the decoder (weight copies, packing, cache) and of
-the prefill (each distinct prompt once, on the same weights).
+the prefill (each distinct prompt once, on the same weights). Each round also times roofline.py's peak
+matmul (the faster library at its best size, probed first; the fastest of 3 calls), and every step's rate is
+given as a fraction of the peak timed in that round (FLOPs counted as in roofline.py: 2 per weight per
+token, plus attention).
 
     .venv/bin/python benchmarks/decode_step.py                      # qwen2.5-0.5b, 64 rows, 16 steps
     .venv/bin/python benchmarks/decode_step.py --shape 5.6M --steps 32
@@ -20,6 +23,7 @@ import time
 
 import torch
 from bench_models import MODELS
+from roofline import matmul_peaks, model_flops_per_token, peak_probe, report_peaks
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hadw.rollout import fused
@@ -40,6 +44,12 @@ SHAPES = {  # Qwen2 configs: the benchmark models (bench_models.py, the tiny tok
 def fmt(values: list[float], digits: int = 1) -> str:
     vals = sorted(values)
     return " / ".join(f"{v:.{digits}f}" for v in (vals[0], statistics.median(vals), vals[-1]))
+
+
+def cpu_seconds(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
 
 
 @torch.inference_mode()
@@ -79,21 +89,29 @@ def main() -> None:
         f"{fused.PACK_MIN_WEIGHTS}, rows >= {fused.PACK_MIN_ROWS}, steps >= {fused.PACK_MIN_STEPS} "
         f"({'this run meets it' if packs else 'this run is below it, so the engine would not pack'}; both forced here)"
     )
+    peak = report_peaks(f"{args.threads} thread(s)", matmul_peaks(args.threads, args.repeats))
+    peak_fn, peak_flop = peak_probe(*peak)
+    peak_cpu: list[float] = []  # CPU seconds of the peak's matmul, one per round
+    step_flop = args.rows * model_flops_per_token(model, args.prompt_len + args.steps / 2)
     fused.PACK_MIN_ROWS, fused.PACK_MIN_STEPS = 0, 0  # measure both variants whatever the rule says
     variants = {"MKL F.linear": 10**15, "oneDNN packed": fused.PACK_MIN_WEIGHTS}
     results: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in variants}
     for threshold in variants.values():  # warm-up
         run(model, ids, mask, 1, threshold)
     for _ in range(args.repeats):
+        peak_cpu.append(min(cpu_seconds(peak_fn) for _ in range(3)))  # the fastest of 3: the first after a
+        # 0.5 B-shaped pass runs up to x2.5 slower (its allocations fault in pages the big pass returned)
         for name, threshold in variants.items():
             for store, value in zip(results[name], run(model, ids, mask, args.steps, threshold), strict=True):
                 store.append(value)
     base = results["MKL F.linear"][2]
     for name, (builds, prefills, steps) in results.items():
         speedup = [b / s for b, s in zip(base, steps, strict=True)]
+        of_peak = [100 * (step_flop / s) / (peak_flop / p) for s, p in zip(steps, peak_cpu, strict=True)]
         print(
             f"  {name:14s} ms/step (CPU) {fmt([1e3 * s for s in steps])} | tokens/s "
-            f"{fmt([args.rows / s for s in steps])} | x{fmt(speedup, 2)} per round | build s {fmt(builds, 2)} "
+            f"{fmt([args.rows / s for s in steps])} = % of the round's peak {fmt(of_peak)} | x{fmt(speedup, 2)} "
+            f"per round | build s {fmt(builds, 2)} "
             f"| prefill s {fmt(prefills, 2)}"
         )
     print("figures: min / median / max")
