@@ -184,6 +184,20 @@ def test_example_configs_load(path):
     assert cfg.algorithm.preset in ("grpo", "gspo", "dapo")
 
 
+def test_tiny_example_is_the_demos_rl_recipe():
+    """The quick start's examples/tiny_grpo_hadw.yaml trains what `hadw demo` measured (task, levels, lr, optimiser
+    steps per batch, ...), so a user following the README gets the recipe whose results the README shows."""
+    from hadw.experiments.demo import DemoSettings, rl_overrides
+
+    paths = ["model.path=m", "train.output_dir=o"]
+    example = load_config(Path(__file__).parents[1] / "examples" / "tiny_grpo_hadw.yaml", paths)
+    demo = load_config(None, rl_overrides(DemoSettings(), Path("m"), Path("o"), hadw=True))
+    for section in ("model", "data", "reward", "rollout", "algorithm", "hadw", "optim"):
+        assert getattr(example, section) == getattr(demo, section), section
+    fields = ("steps", "prompts_per_step", "mini_batch_prompts", "seed", "output_dir", "num_threads")
+    assert [getattr(example.train, f) for f in fields] == [getattr(demo.train, f) for f in fields]
+
+
 def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
     cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "algorithm.kl_coef=0.05", "train.steps=2",
                                        "algorithm.kl_estimator=k3", "logging.tensorboard=true"))
