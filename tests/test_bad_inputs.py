@@ -109,7 +109,7 @@ CONFIG_CASES = [
     ("timeout_negative", ["reward.timeout_s=-3"], ["reward.timeout_s=-3"]),
     ("unknown_task", ["data.source=task:calculus"], ["data.source='task:calculus'", "task:addition"]),
     ("unknown_template", ["data.template=fancy"], ["data.template='fancy'", "plain"]),
-    ("unknown_level", ["data.levels=[9]"], ["data.levels=[9]", "addition"]),
+    ("unknown_level", ["data.levels=[9]"], ["data.levels=[9]", "task 'sums'", "[1, 2, 3, 4, 5]"]),
     ("unknown_layout", ["data.layout=csv"], ["data.layout='csv'"]),
     ("unknown_preset", ["algorithm.preset=ppo"], ["algorithm.preset='ppo'", "grpo"]),
     ("unknown_anchor", ["hadw.anchor=kalmann"], ["hadw.anchor='kalmann'"]),

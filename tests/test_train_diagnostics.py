@@ -29,7 +29,7 @@ def test_all_degenerate_steps_warn_once_with_causes_and_the_eval_command(tmp_pat
     err = capsys.readouterr().err
     assert err.count("every group is degenerate") == 1  # once, not every step
     assert "SFT first" in err and "rollout.max_new_tokens=2" in err
-    assert f"hadw eval {trainer.cfg.model.path} --data task:addition --max-new-tokens 2 --samples" in err
+    assert f"hadw eval {trainer.cfg.model.path} --data task:sums --max-new-tokens 2 --samples" in err
 
 
 def test_a_step_with_signal_resets_the_count(tmp_path):

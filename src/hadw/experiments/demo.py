@@ -19,11 +19,12 @@ from pathlib import Path
 import torch
 
 from hadw import metrics as M
+from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
 from hadw.experiments.plots import final_eval, plot_runs
 from hadw.train.config import load_config
 
-DEMO_TASK = "sums"
-DEMO_LEVELS = [2, 3, 4]
+DEMO_TASK = TINY_TASK
+DEMO_LEVELS = list(TINY_LEVELS)
 
 
 @dataclass
@@ -35,7 +36,7 @@ class DemoSettings:
     # SFT stops at the first evaluation (every 50 steps) at or above the target; on `sums` accuracy jumps
     # between evaluations, so the warm start lands at ~0.47 (0.75 / 0.47 / 0.23 by level): every level has
     # mixed groups for RL to learn from.
-    sft_target: float = 0.3
+    sft_target: float = TINY_WARM_START_ACCURACY
     sft_max_steps: int = 1500
     sft_seconds: float = 300.0  # a safety net only: the step/accuracy criteria decide on a normal machine
     seed: int = 0

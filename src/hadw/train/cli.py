@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
+
 
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
@@ -60,15 +62,15 @@ def train(
 
 def sft(
     out_dir: Annotated[Path, typer.Argument(help="where the warm-started model is saved")],
-    task: Annotated[str, typer.Option(help="built-in task")] = "addition",
+    task: Annotated[str, typer.Option(help="built-in task")] = TINY_TASK,
     data: Annotated[
         str | None, typer.Option("--data", help="instead of --task: benchmark:NAME, hf:ORG/NAME or a file")
     ] = None,
     prompt_field: Annotated[str | None, typer.Option(help="--data: the question field (dotted path)")] = None,
     answer_field: Annotated[str | None, typer.Option(help="--data: the gold-answer field (dotted path)")] = None,
-    levels: Annotated[str, typer.Option(help="comma-separated levels")] = "1,2,3",
+    levels: Annotated[str, typer.Option(help="comma-separated levels")] = ",".join(map(str, TINY_LEVELS)),
     model: Annotated[Path | None, typer.Option(help="start from this model folder (default: a new tiny model)")] = None,
-    target_accuracy: Annotated[float, typer.Option(help="stop at this greedy accuracy")] = 0.5,
+    target_accuracy: Annotated[float, typer.Option(help="stop at this greedy accuracy")] = TINY_WARM_START_ACCURACY,
     max_steps: Annotated[int, typer.Option(help="stop after this many SFT steps")] = 3000,
     max_seconds: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
     lr: Annotated[float, typer.Option(help="AdamW learning rate")] = 2e-3,
