@@ -263,8 +263,10 @@ def test_the_table_has_at_least_sixty_cases():
     ("args", "needles"),
     [(["eval", "{dir}/no_model", "--data", "task:addition"], ["MODEL", "no_model"]),
      (["eval", "{model}", "--data", "{dir}/missing.jsonl"], ["--data", "missing.jsonl"]),
-     (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"])],
-    ids=["eval_model_missing", "eval_data_missing", "eval_data_not_utf8"],
+     (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"]),
+     (["plot", "{dir}/no_run", "--out", "{dir}/curves.png"], ["no_run", "metrics.jsonl", "hadw train"]),
+     (["plot", "{empty_dir}", "--out", "{dir}/curves.png"], ["empty_dir", "no training step"])],
+    ids=["eval_model_missing", "eval_data_missing", "eval_data_not_utf8", "plot_run_missing", "plot_run_empty"],
 )
 def test_eval_path_errors_are_one_line_exit_2(files, args, needles):
     _assert_one_line_error(_run(_fill(args, files)), *needles)

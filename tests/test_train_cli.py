@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
@@ -11,7 +13,7 @@ from hadw.train.metrics_log import read_jsonl
 runner = CliRunner()
 
 
-def test_sft_train_plot_and_config_error(tmp_path):
+def test_sft_train_plot_and_config_error(tmp_path, monkeypatch):
     app = build_app()
     start = build_tiny_model(tmp_path / "init", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
                              intermediate_size=64)
@@ -32,6 +34,14 @@ def test_sft_train_plot_and_config_error(tmp_path):
     result = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "curves.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+    twin = tmp_path / "other" / "run"  # two runs with the same folder name (seeds of two arms): both are drawn
+    shutil.copytree(run, twin)
+    drawn: dict = {}
+    monkeypatch.setattr("hadw.experiments.demo.plot_runs", lambda runs, out: drawn.update(runs) or out)
+    result = runner.invoke(app, ["plot", str(run), str(twin), "--out", str(tmp_path / "two.png")])
+    assert result.exit_code == 0, result.output
+    assert drawn == {str(run): run, str(twin): twin}
 
     result = runner.invoke(app, ["train", "hadw.anchr=window"])
     assert result.exit_code == 2

@@ -151,7 +151,9 @@ def plot(
     """Draw the training curves (accuracy, anchor) of finished or running runs."""
     from hadw.experiments.demo import plot_runs
 
-    typer.echo(plot_runs({d.name: d for d in run_dirs}, out))
+    names = [d.name for d in run_dirs]
+    labels = [d.name if names.count(d.name) == 1 else str(d) for d in run_dirs]  # runs/a/seed0 vs runs/b/seed0
+    typer.echo(plot_runs(dict(zip(labels, run_dirs, strict=True)), out))
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hadw import metrics as M
+from hadw.errors import UserError
 from hadw.eval.report import bucket_order
 from hadw.experiments.compare import CompareResult, RunLog, curve
 from hadw.plotting import COLORS, save, subplots
@@ -134,6 +135,8 @@ def plot_runs(
     ax_acc, ax_c = axes[0], axes[1]
     for name, run_dir in runs.items():
         records = M.read_run(run_dir).steps
+        if not records:  # a mistyped folder, or a run before its first step: an empty curve would hide it
+            raise UserError(f"{run_dir}: no training step in its {M.METRICS_FILE} (expected a `hadw train` run folder)")
         steps = [r["step"] for r in records]
         acc = [r[M.SCORE_MEAN] for r in records]
         window = [acc[max(0, i - smooth + 1) : i + 1] for i in range(len(acc))]
