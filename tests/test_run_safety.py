@@ -24,7 +24,7 @@ from hadw.rollout import build_tiny_model
 from hadw.train.checkpoint import latest_checkpoint, save_checkpoint
 from hadw.train.config import load_config
 from hadw.train.metrics_log import read_jsonl
-from hadw.train.run_dir import RunDirError, RunLock, claim_run_dir
+from hadw.train.run_dir import RunDirError, RunLock, claim_run_dir, config_differences
 from hadw.train.trainer import Trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +99,19 @@ def test_resume_with_changed_settings_refuses_and_lists_each_difference(tiny_pat
     message = str(err.value)
     assert "optim.lr: 0.001 -> 0.0005" in message and "hadw.anchor: 'window' -> 'ema'" in message
     assert "--accept-changes" in message
+
+
+def test_tiny_model_settings_are_inert_for_a_run_from_a_model_path():
+    """model.tiny.* only shapes and warm-starts the model built when model.path is empty; a run from a checkpoint
+    resumes across a change of those defaults (0.25 -> 0.3 after 0.2.0) without --accept-changes."""
+    old = {"model": {"path": "warm", "tiny": {"warm_start_accuracy": 0.25}}, "optim": {"lr": 1e-4}}
+    new = {"model": {"path": "warm", "tiny": {"warm_start_accuracy": 0.3}}, "optim": {"lr": 1e-4}}
+    assert config_differences(old, new) == []
+    built = {"model": {"path": "", "tiny": {"warm_start_accuracy": 0.25}}, "optim": {"lr": 1e-4}}
+    rebuilt = {"model": {"path": "", "tiny": {"warm_start_accuracy": 0.3}}, "optim": {"lr": 2e-4}}
+    assert config_differences(built, rebuilt) == [
+        "model.tiny.warm_start_accuracy: 0.25 -> 0.3", "optim.lr: 0.0001 -> 0.0002"
+    ]
 
 
 def test_accepted_changes_are_what_runs_and_what_config_yaml_records(tiny_path, tmp_path):

@@ -145,9 +145,13 @@ def config_differences(saved: dict, new: dict) -> list[str]:
     """'key: saved -> new' for every setting that differs between a saved run's config and the new one,
     except those a resume may change freely (RESUME_FREE_KEYS / _SECTIONS)."""
     a, b = _flatten(saved), _flatten(new)
+    # model.tiny.* builds and warm-starts the model only when model.path is empty: inert for a run from a checkpoint
+    tiny_inert = bool(a.get("model.path")) and bool(b.get("model.path"))
     diffs = []
     for key in sorted(set(a) | set(b)):
         if key in RESUME_FREE_KEYS or key.startswith(RESUME_FREE_SECTIONS):
+            continue
+        if tiny_inert and key.startswith("model.tiny."):
             continue
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             diffs.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
