@@ -29,7 +29,6 @@ class ConfigError(UserError, ValueError):
     """A configuration value or key is invalid; the message names the key and what is allowed."""
 
 
-
 @dataclass
 class TinyModelConfig:
     """Shape of the offline tiny model built when `model.path` is empty (CPU experiments, the demo)."""
