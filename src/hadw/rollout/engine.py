@@ -23,6 +23,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
+from hadw.rollout.models import model_device
 from hadw.rollout.sampling import SamplingParams, sample_next_token
 
 
@@ -87,7 +88,7 @@ class HFRolloutEngine:
         check_prompts(prompts)
         rows = [list(p) for p in prompts for _ in range(params.n)]
         prompt_ids, prompt_mask = left_pad(rows, self.pad_id)
-        device = self.model.device
+        device = model_device(self.model)
         stop_ids = set() if params.ignore_eos else self.eos_ids | set(params.stop_token_ids or [])
         stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
         seed = params.seed if params.seed is not None else secrets.randbits(63)

@@ -51,6 +51,20 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _CONFIGS = {"qwen2": Qwen2Config, "llama": LlamaConfig}
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where `model`'s parameters live: the one device every input of its forward must be on."""
+    return next(model.parameters()).device
+
+
+def to_model_device(model: torch.nn.Module, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`tensors` moved to `model`'s device: the one home of the host-to-device move (SFT, trainer, engine).
+
+    Tensors built from Python lists (token ids, masks, labels) start on the CPU; a model on a GPU needs them there.
+    """
+    device = model_device(model)
+    return tuple(t.to(device) for t in tensors)
+
+
 def _resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

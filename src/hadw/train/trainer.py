@@ -36,7 +36,7 @@ from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.rollout.models import is_hub_id
+from hadw.rollout.models import is_hub_id, model_device
 from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
@@ -168,7 +168,7 @@ class Trainer:
             model, tokenizer = self._load_model()
         _check_master_weights(model)
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         self.engine = HFRolloutEngine(
             model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
