@@ -48,8 +48,13 @@ def test_help_and_bias_table_work_on_the_base_install():
 
 @pytest.mark.parametrize(
     ("args", "extra"),
-    [(["train"], "train"), (["train", "x.yaml", "--resume"], "train"), (["eval", "m", "--data", "task:sums"], "eval"),
-     (["demo"], "train"), (["probe", "m", "--data", "task:sums"], "eval")],  # fmt: skip
+    [
+        (["train"], "train"),
+        (["train", "x.yaml", "--resume"], "train"),
+        (["eval", "m", "--data", "task:sums"], "eval"),
+        (["demo"], "train"),
+        (["probe", "m", "--data", "task:sums"], "eval"),
+    ],
 )
 def test_a_command_without_its_extra_is_one_line_naming_it(args, extra):
     result = _base_hadw(*args)
