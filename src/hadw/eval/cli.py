@@ -255,8 +255,8 @@ def probe_cmd(
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
+    from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
-    from hadw.experiments.plots import plot_probe
 
     try:
         edge_list = [float(e) for e in edges.split(",")]
