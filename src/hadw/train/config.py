@@ -87,7 +87,9 @@ class DataConfig:
     # Where benchmark files live; empty = $HADW_SHARED_DATA, then
     # ~/.cache/hadw/data (never the current directory).
     data_dir: str = ""
-    template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
+    # Prompt template name (see hadw.data.TEMPLATES) or a format string with {question}. auto = the source's
+    # default, the same one `hadw eval` / `hadw probe` use: plain for task: sources, paper for every dataset.
+    template: str = "auto"
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
@@ -102,9 +104,11 @@ class RewardConfig:
     # Weighted reward functions: registered names (math, math_any, exact, format; see hadw.rewards) or
     # import paths "my_pkg.rewards:accuracy" with TRL's signature f(prompts, completions, **columns).
     # The total reward drives the advantages.
-    functions: list[str] = field(default_factory=lambda: ["exact"])
+    # Empty = the source's default verifier, as `hadw eval` scores it: exact for task: sources, math else.
+    functions: list[str] = field(default_factory=list)
     weights: list[float] | None = None  # None = all 1.0
-    correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
+    # Which function is the 0/1 correctness signal HA-DW reads; empty = the first of `functions` (as TRL).
+    correctness: str = ""
     timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
@@ -350,8 +354,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         except ValidationError as err:
             raise ConfigError(f"invalid value for {err.full_key!r}: {err.msg.splitlines()[0]}") from None
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    cfg = resolve_recipe(cfg)
     validate(cfg)
     return cfg
+
+
+def resolve_recipe(cfg: Config) -> Config:
+    """cfg with its "auto" prompt recipe made explicit, once, so the run's config.yaml says what ran and
+    `hadw eval RUN_DIR` scores the same way: data.template, reward.functions and reward.correctness."""
+    from hadw.data import default_recipe
+
+    recipe = default_recipe(cfg.data.source)
+    data = replace(cfg.data, template=recipe.template) if cfg.data.template == "auto" else cfg.data
+    functions = list(cfg.reward.functions) or [recipe.reward]
+    correctness = cfg.reward.correctness or functions[0]
+    return replace(cfg, data=data, reward=replace(cfg.reward, functions=functions, correctness=correctness))
 
 
 def _yaml_error(path: str, err: yaml.YAMLError) -> str:
@@ -569,4 +586,18 @@ def _check_reward(key: str, name: str, isolated: bool) -> None:
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(_serialisable(cfg)))
+    """The run's config.yaml: every setting that applies to this run (tiny-model keys are left out of a run
+    from a model.path, data.levels out of a run on a dataset: they would do nothing there)."""
+    tree = OmegaConf.to_container(OmegaConf.structured(_serialisable(cfg)))
+    for key in inert_keys(cfg):
+        section, name = key.split(".")
+        tree[section].pop(name, None)
+    return OmegaConf.to_yaml(tree)
+
+
+def inert_keys(cfg: Config) -> list[str]:
+    """Settings that cannot affect this run (tiny-model settings with a model.path; levels without a task)."""
+    keys = ["model.tiny"] if cfg.model.path else []
+    if not any(s.startswith("task:") for s in (cfg.data.source, cfg.data.eval_source)):
+        keys.append("data.levels")
+    return keys
