@@ -37,12 +37,22 @@ from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id
-from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
+from hadw.safe_files import atomic_write_text
+from hadw.train.checkpoint import (
+    CheckpointError,
+    fsync_path,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state_json,
+    replace_dir,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from hadw.train.config import Config, ConfigError, config_to_yaml
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
-from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run
+from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
 
 
 class NonFiniteLossError(RuntimeError):
@@ -198,7 +208,10 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
+        # is refused (CheckpointError), so a resume never starts over beside checkpoints it cannot read.
+        warn = lambda message: print(message, file=sys.stderr)
+        checkpoint = resume_checkpoint(self.run_dir, warn) if resume else None
         restart = False
         if resume and checkpoint is None:
             if not holds_run(self.run_dir):
@@ -206,7 +219,8 @@ class Trainer:
                     f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
                     "run without --resume to start it"
                 )
-            restart = True  # stopped before its first checkpoint: start again from step 0
+            restart = True  # stopped before its first checkpoint (no checkpoint folder at all): from step 0
+            self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
             print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
             self._resume_from(checkpoint, accept_changes)
@@ -219,20 +233,13 @@ class Trainer:
             cfg.to_dict(),
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
-        (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
 
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
         then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        import json
-
-        saved = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")).get("config", {})
-        diffs = config_differences(saved, self.cfg.to_dict())
-        if diffs and not accept_changes:
-            raise RunDirError(
-                f"--resume: the settings differ from the saved run in {checkpoint} ({'; '.join(diffs)}); "
-                "pass the saved values, or --accept-changes to apply the new ones"
-            )
+        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
+        diffs = self._check_settings(saved, checkpoint, accept_changes)
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
@@ -243,7 +250,12 @@ class Trainer:
                 stacklevel=2,
             )
         else:
-            self.anchor = anchor_from_state(state["anchor"])
+            try:
+                self.anchor = anchor_from_state(state["anchor"])
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+                raise CheckpointError(
+                    f"{checkpoint / 'state.json'}: field 'anchor' cannot be loaded ({type(err).__name__}: {err})"
+                ) from None
         if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
             o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
             lr = o.lr * schedule(self.scheduler.last_epoch)
@@ -253,16 +265,23 @@ class Trainer:
             self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
             print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
 
+    def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
+        """The settings that differ from the saved run's (config_differences); refused unless accepted."""
+        diffs = config_differences(saved, self.cfg.to_dict())
+        if diffs and not accept_changes:
+            raise RunDirError(
+                f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
+                "pass the saved values, or --accept-changes to apply the new ones"
+            )
+        return diffs
+
     def _clean_leftovers(self) -> None:
-        """Drop half-written checkpoint folders and checkpoints newer than the one resumed from (written by
-        a run killed before it could point `latest` at them; the resumed run rewrites them)."""
-        for tmp in self.run_dir.glob(".tmp-checkpoint-*"):
+        """Drop half-written checkpoint and final-model folders (temporary names only). Checkpoints are never
+        deleted here: one newer than the resumed step is replaced when the run reaches that step again."""
+        for tmp in [*self.run_dir.glob(".tmp-checkpoint-*"), *self.run_dir.glob(".final_model.tmp*")]:
+            if tmp.is_symlink():
+                tmp.unlink()
             shutil.rmtree(tmp, ignore_errors=True)
-        for tmp in self.run_dir.glob(".final_model.tmp*"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        for path in self.run_dir.glob("checkpoint-*"):
-            if path.name > f"checkpoint-{self.start_step:06d}":
-                shutil.rmtree(path, ignore_errors=True)
 
     def _skip_long_prompts(self) -> None:
         """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
