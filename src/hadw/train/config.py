@@ -109,6 +109,9 @@ class RewardConfig:
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
     isolated: list[str] = field(default_factory=list)
+    # Stop the run (one line naming the reward and its error) when every item of a reward failed (raised,
+    # timed out, returned NaN / None / garbage) for this many consecutive steps; 0 = train on regardless.
+    max_failed_steps: int = 3
 
 
 @dataclass
@@ -494,6 +497,7 @@ def validate(cfg: Config) -> None:
     if cfg.data.limit is not None:
         _range("data.limit", cfg.data.limit, 1, 1 << 40)
     _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
+    _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")

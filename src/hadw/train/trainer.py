@@ -35,9 +35,10 @@ from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
+from hadw.rewards.loader import FailureWatch
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id
-from hadw.safe_files import atomic_write_text
+from hadw.safe_files import atomic_write_text, open_append
 from hadw.train.checkpoint import (
     CheckpointError,
     fsync_path,
@@ -53,6 +54,8 @@ from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups,
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
 from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
+
+REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (kind, message, row)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -197,6 +200,12 @@ class Trainer:
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
+        # Each reward's errors made visible: first one shown once and saved, counted, a broken reward stops
+        self._reward_watch = {
+            name: FailureWatch(name, cfg.reward.max_failed_steps, self._report_reward_error)
+            for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
+        }
+        self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = torch.optim.AdamW(
@@ -576,8 +585,29 @@ class Trainer:
         values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
+    def _report_reward_error(self, name: str, line: str, error, row: dict) -> None:
+        """A reward's first error: one line on stderr, and a record in <run>/reward_errors.jsonl."""
+        print(f"warning: {line} (later errors are counted in reward/errors, reward/timeouts)", file=sys.stderr)
+        record = {"step": self._step + 1, "reward": name, "kind": error.kind, "message": error.message, "row": row}
+        with open_append(self.run_dir / REWARD_ERRORS_FILE) as f:
+            f.write(M.dumps(record) + "\n")
+
+    def _watch_rewards(self, rollout: Rollout) -> None:
+        """Count the step's failed reward items, report each reward's first one, and stop the run
+        (RewardFailure) when a reward failed on every item for reward.max_failed_steps steps in a row."""
+        r = rollout.rewards
+        self._reward_failures += r.num_errors + r.num_timeouts
+        rows = [
+            {"prompt": p.question, "answer": p.answer, "completion": c}
+            for p, c in zip(rollout.problems, rollout.batch.response_texts, strict=True)
+        ]
+        for name, watch in self._reward_watch.items():
+            watch.see(r.errors.get(name, {}), r.first_errors.get(name), name in r.failed_all, rows)
+
     def train_step(self, step: int) -> dict[str, float]:
+        self._step = step
         rollout, refills = self.collect(step)
+        self._watch_rewards(rollout)
         every = self.cfg.logging.sample_every
         if every and step % every == 0:
             self.logger.log_samples(step + 1, rollout.samples(self.cfg.logging.num_samples))
@@ -676,6 +706,8 @@ class Trainer:
                     metrics |= M.flatten_eval(self.evaluate())
                 self.logger.log(done, metrics)
                 info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
+                if self._reward_failures:  # failed reward items so far (details: reward_errors.jsonl)
+                    info["err"] = str(self._reward_failures)
                 bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
