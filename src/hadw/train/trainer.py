@@ -35,15 +35,28 @@ from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
+from hadw.rewards.loader import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id, model_device
-from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
+from hadw.safe_files import atomic_write_text, open_append
+from hadw.train.checkpoint import (
+    CheckpointError,
+    fsync_path,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state_json,
+    replace_dir,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
-from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run
+from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
+
+REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (kind, message, row)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -209,6 +222,12 @@ class Trainer:
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
+        # Each reward's errors made visible: first one shown once and saved, counted, a broken reward stops
+        self._reward_watch = {
+            name: FailureWatch(name, cfg.reward.max_failed_steps, self._report_reward_error)
+            for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
+        }
+        self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = torch.optim.AdamW(
@@ -220,7 +239,10 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
+        # is refused (CheckpointError), so a resume never starts over beside checkpoints it cannot read.
+        warn = lambda message: print(message, file=sys.stderr)
+        checkpoint = resume_checkpoint(self.run_dir, warn) if resume else None
         restart = False
         if resume and checkpoint is None:
             if not holds_run(self.run_dir):
@@ -228,7 +250,8 @@ class Trainer:
                     f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
                     "run without --resume to start it"
                 )
-            restart = True  # stopped before its first checkpoint: start again from step 0
+            restart = True  # stopped before its first checkpoint (no checkpoint folder at all): from step 0
+            self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
             print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
             self._resume_from(checkpoint, accept_changes)
@@ -241,20 +264,13 @@ class Trainer:
             cfg.to_dict(),
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
-        (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
 
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
         then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        import json
-
-        saved = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")).get("config", {})
-        diffs = config_differences(saved, self.cfg.to_dict())
-        if diffs and not accept_changes:
-            raise RunDirError(
-                f"--resume: the settings differ from the saved run in {checkpoint} ({'; '.join(diffs)}); "
-                "pass the saved values, or --accept-changes to apply the new ones"
-            )
+        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
+        diffs = self._check_settings(saved, checkpoint, accept_changes)
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
@@ -265,7 +281,12 @@ class Trainer:
                 stacklevel=2,
             )
         else:
-            self.anchor = anchor_from_state(state["anchor"])
+            try:
+                self.anchor = anchor_from_state(state["anchor"])
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+                raise CheckpointError(
+                    f"{checkpoint / 'state.json'}: field 'anchor' cannot be loaded ({type(err).__name__}: {err})"
+                ) from None
         if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
             o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
             lr = o.lr * schedule(self.scheduler.last_epoch)
@@ -275,16 +296,23 @@ class Trainer:
             self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
             print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
 
+    def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
+        """The settings that differ from the saved run's (config_differences); refused unless accepted."""
+        diffs = config_differences(saved, self.cfg.to_dict())
+        if diffs and not accept_changes:
+            raise RunDirError(
+                f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
+                "pass the saved values, or --accept-changes to apply the new ones"
+            )
+        return diffs
+
     def _clean_leftovers(self) -> None:
-        """Drop half-written checkpoint folders and checkpoints newer than the one resumed from (written by
-        a run killed before it could point `latest` at them; the resumed run rewrites them)."""
-        for tmp in self.run_dir.glob(".tmp-checkpoint-*"):
+        """Drop half-written checkpoint and final-model folders (temporary names only). Checkpoints are never
+        deleted here: one newer than the resumed step is replaced when the run reaches that step again."""
+        for tmp in [*self.run_dir.glob(".tmp-checkpoint-*"), *self.run_dir.glob(".final_model.tmp*")]:
+            if tmp.is_symlink():
+                tmp.unlink()
             shutil.rmtree(tmp, ignore_errors=True)
-        for tmp in self.run_dir.glob(".final_model.tmp*"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        for path in self.run_dir.glob("checkpoint-*"):
-            if path.name > f"checkpoint-{self.start_step:06d}":
-                shutil.rmtree(path, ignore_errors=True)
 
     def _skip_long_prompts(self) -> None:
         """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
@@ -579,8 +607,29 @@ class Trainer:
         values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
+    def _report_reward_error(self, name: str, line: str, error, row: dict) -> None:
+        """A reward's first error: one line on stderr, and a record in <run>/reward_errors.jsonl."""
+        print(f"warning: {line} (later errors are counted in reward/errors, reward/timeouts)", file=sys.stderr)
+        record = {"step": self._step + 1, "reward": name, "kind": error.kind, "message": error.message, "row": row}
+        with open_append(self.run_dir / REWARD_ERRORS_FILE) as f:
+            f.write(M.dumps(record) + "\n")
+
+    def _watch_rewards(self, rollout: Rollout) -> None:
+        """Count the step's failed reward items, report each reward's first one, and stop the run
+        (RewardFailure) when a reward failed on every item for reward.max_failed_steps steps in a row."""
+        r = rollout.rewards
+        self._reward_failures += r.num_errors + r.num_timeouts
+        rows = [
+            {"prompt": p.question, "answer": p.answer, "completion": c}
+            for p, c in zip(rollout.problems, rollout.batch.response_texts, strict=True)
+        ]
+        for name, watch in self._reward_watch.items():
+            watch.see(r.errors.get(name, {}), r.first_errors.get(name), name in r.failed_all, rows)
+
     def train_step(self, step: int) -> dict[str, float]:
+        self._step = step
         rollout, refills = self.collect(step)
+        self._watch_rewards(rollout)
         every = self.cfg.logging.sample_every
         if every and step % every == 0:
             self.logger.log_samples(step + 1, rollout.samples(self.cfg.logging.num_samples))
@@ -683,6 +732,8 @@ class Trainer:
                     metrics |= M.flatten_eval(self.evaluate())
                 self.logger.log(done, metrics)
                 info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
+                if self._reward_failures:  # failed reward items so far (details: reward_errors.jsonl)
+                    info["err"] = str(self._reward_failures)
                 bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
