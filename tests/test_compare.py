@@ -137,8 +137,19 @@ def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
     md = (fake_out / "compare.md").read_text()
     assert "| all | 0.600 [0.352, 0.848] (3) | 0.643 [0.378, 0.909] (3) | +0.043 [-0.008, +0.095] | 0.069 |" in md
     assert "Unfinished runs (left out): {'hadw': [3]}" in md
+    # MDE at 80 % power for n = 3 pairs: 3.264 × the SD of the differences (0.0208; L1: 0.1); one primary row
+    assert "| 0.069 | 0.068 | **primary** |" in md and "| 1.000 | 0.326 | exploratory |" in md
+    assert "Primary comparison: `val/all/greedy`" in md
     data = json.loads((fake_out / "compare.json").read_text())
     assert data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["seeds"] == [0, 1, 2]
+    assert data["primary"] == "val/all/greedy"
+    assert data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["mde_80"] == pytest.approx(3.2640 * 0.0208167, rel=1e-3)
+    chosen = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--smooth", "1",
+                                              "--primary", "addition/L1/greedy"])  # fmt: skip
+    assert chosen.exit_code == 0, chosen.output
+    assert "| 1.000 | 0.326 | **primary** |" in (fake_out / "compare.md").read_text()
+    bad = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--primary", "all/x"])
+    assert bad.exit_code == 2 and "not among the final metrics" in bad.output
     assert (fake_out / "compare.png").stat().st_size > 10_000
 
 

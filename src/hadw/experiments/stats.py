@@ -92,8 +92,14 @@ class PairedDifference:
     seeds: list[int]
     p_value: float  # two-sided paired t-test (scipy.stats.ttest_rel); nan with < 2 pairs or zero spread
 
+    @property
+    def mde(self) -> float:
+        """The smallest true difference these n pairs detect with 80 % power at α = 0.05, given the observed SD
+        of the differences (minimal_detectable_effect; inf with < 2 pairs)."""
+        return minimal_detectable_effect(self.diff.n, self.diff.std)
+
     def to_dict(self) -> dict:
-        return {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value}
+        return {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value, "mde_80": self.mde}
 
 
 def paired_difference(
