@@ -3,6 +3,8 @@ plus a sensitivity sweep over the sim's uncalibrated structural knobs. Prints ma
 
 Usage: python benchmarks/sim_vs_trainer.py [--seeds 0-19] [--json-dir runs/sim_vs_trainer]
 The commands it runs are printed with their results; each is also a plain `hadw sim` command line.
+    python benchmarks/sim_vs_trainer.py --measured runs/s2t   # the measured table and the verdicts, afterwards
+(reads the predictions from --json-dir and the tiny-model study's compare_grpo.json / compare_sgd_grpo.json)
 """
 
 from __future__ import annotations
@@ -45,11 +47,44 @@ def diff(data: dict, arm: str, bucket: str = "all") -> dict:
     return data["summary"][arm][bucket]["diff_vs_grpo"]["diff"]
 
 
+MEASURED_ARM = {"grpo_lam": "grpo_scale", "hadw": "hadw", "hadw_norm": "hadw_norm"}
+
+
+def verdicts(json_dir: Path, study: Path, key: str = "val/all/avg@4") -> str:
+    """Predicted vs measured per arm: consistent when the measured mean difference lies in the prediction's
+    interval widened on both sides by the measurement's 95 % half-width (the rule registered beforehand)."""
+    from hadw.experiments.stats import minimal_detectable_effect
+
+    out = ["| optimiser | trainer arm − grpo | predicted [95 %] | measured [95 %] (n) | p | MDE 80 % | "
+           "widened interval | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for opt, prefix in (("adamw", ""), ("sgd", "sgd_")):
+        pred = json.loads((json_dir / f"pred_{opt}.json").read_text(encoding="utf-8"))
+        measured = json.loads((study / f"compare_{prefix}grpo.json").read_text(encoding="utf-8"))["metrics"][key]
+        for arm, name in MEASURED_ARM.items():
+            p, d = diff(pred, arm), measured["diffs"].get(prefix + name)
+            if d is None:
+                out.append(f"| {opt} | {prefix + name} | {p['mean']:+.4f} | not measured | | | | |")
+                continue
+            m = d["diff"]
+            hw = (m["high"] - m["low"]) / 2
+            low, high = p["low"] - hw, p["high"] + hw
+            verdict = "consistent" if low <= m["mean"] <= high else "**miss**"
+            mde = minimal_detectable_effect(m["n"], m["std"])
+            out.append(f"| {opt} | {prefix + name} | {p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | "
+                       f"{m['mean']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}] ({m['n']}) | {d['p_value']:.3f} | "
+                       f"{mde:.4f} | [{low:+.4f}, {high:+.4f}] | {verdict} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-19")
     parser.add_argument("--json-dir", type=Path, default=Path("runs/sim_vs_trainer"))
+    parser.add_argument("--measured", type=Path, default=None, help="the hadw_effect.py --out folder of the study")
     a = parser.parse_args()
+    if a.measured is not None:
+        print(verdicts(a.json_dir, a.measured))
+        return
     a.json_dir.mkdir(parents=True, exist_ok=True)
     out = []
     for opt, extra in OPTIMISERS.items():
