@@ -45,6 +45,9 @@ ARMS = {
     # off (with clip 1.0 the tiny model's gradient norm of 2-3 is always clipped, and a clipped step is scale-free)
     "grpo_scale": ("hadw.enabled=false", "algorithm.advantage_scale=1.3"),
     "hadw_norm": ("hadw.enabled=true", "hadw.normalize=batch"),
+    # docs/sim.md's map: its most promising AdamW cell is mostly easy prompts with λ = 2 (run from a warm start with
+    # --sft-target 0.8)
+    "hadw_lam2": ("hadw.enabled=true", "hadw.lam=2.0"),
     **{
         f"sgd_{name}": (*overrides, *SGD)
         for name, overrides in {
@@ -210,7 +213,7 @@ def main() -> None:
     names = [m for m, _ in metrics]
     # One comparison per base algorithm: every HA-DW arm of it against it, paired by seed.
     families = {
-        "grpo": ("grpo_scale", "hadw", "hadw_norm", "hadw_per_level", "hadw_fixed"),
+        "grpo": ("grpo_scale", "hadw", "hadw_norm", "hadw_lam2", "hadw_per_level", "hadw_fixed"),
         "dapo": ("dapo_hadw",),
         "sgd_grpo": ("sgd_grpo_scale", "sgd_hadw", "sgd_hadw_norm"),
     }

@@ -41,7 +41,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--out", type=Path, default=Path("docs/sim_map.png"))
     parser.add_argument("--json", type=Path, default=Path("runs/sim_map.json"))
+    parser.add_argument("--from-json", action="store_true", help="redraw and reprint from --json, no simulation")
     a = parser.parse_args()
+    if a.from_json:
+        report(json.loads(a.json.read_text(encoding="utf-8")), a.out)
+        return
     lo, hi = (int(x) for x in a.seeds.split("-"))
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -64,20 +68,21 @@ def main() -> None:
                           f"hadw_norm {cells[-1]['diff']:+.4f}", flush=True)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(cells, indent=1) + "\n", encoding="utf-8")
+    print(f"\n{time.perf_counter() - start:.0f} s\n")
+    report(cells, a.out)
+
+
+def report(cells: list[dict], out: Path) -> None:
+    """The figure (one panel per optimiser; colour = difficulty, line = λ or normalize) and the markdown table."""
     fig, axes = subplots(1, 2, figsize=(11, 4.2))
     for ax, opt in zip(axes, OPTIMISERS, strict=True):
-        k = 0
-        for diff_name in DIFFICULTY:
-            for lam in LAMBDAS:
-                for norm, style in (("none", "-"), ("batch", "--")):
-                    rows = [c for c in cells if (c["optimizer"], c["difficulty"], c["lam"], c["normalize"])
-                            == (opt, diff_name, lam, norm)]  # fmt: skip
-                    if norm == "batch" and lam != LAMBDAS[0]:
-                        continue  # normalised Φ does not depend on λ: one line
-                    label = f"{diff_name}, " + ("normalize=batch" if norm == "batch" else f"λ={lam}")
-                    ax.plot(GROUP_SIZES, [100 * c["diff"] for c in rows], style, marker="o",
-                            color=COLORS[k % len(COLORS)], label=label)  # fmt: skip
-                    k += 1
+        for k, diff_name in enumerate(DIFFICULTY):
+            for lam, norm, style in ((1.3, "none", "-"), (2.0, "none", ":"), (1.3, "batch", "--")):
+                rows = [c for c in cells if (c["optimizer"], c["difficulty"], c["lam"], c["normalize"])
+                        == (opt, diff_name, lam, norm)]  # fmt: skip
+                label = f"{diff_name}, " + ("normalize=batch" if norm == "batch" else f"λ={lam}")
+                ax.plot(GROUP_SIZES, [100 * c["diff"] for c in rows], style, marker="o", color=COLORS[k],
+                        label=label)  # fmt: skip
         mde = 100 * 0.0086  # what 20 seeds of the tiny model detect (80 % power)
         ax.axhspan(-mde, mde, color="grey", alpha=0.15, lw=0, label="undetectable with 20 seeds")
         ax.set_xscale("log", base=2)
@@ -88,8 +93,8 @@ def main() -> None:
         ax.axhline(0, color="black", lw=0.5)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=6.5, ncol=2)
-    save(fig, a.out)
-    print(f"\n{time.perf_counter() - start:.0f} s; figure {a.out}\n")
+    save(fig, out)
+    print(f"figure {out}\n")
     print("| optimiser | difficulty | G | GRPO final | Δ λ=1.3 | Δ λ=2.0 | Δ normalize=batch "
           "| seeds needed (λ=1.3 / 2.0 / batch) |")
     print("|---|---|---|---|---|---|---|---|")
