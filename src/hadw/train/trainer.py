@@ -3,7 +3,7 @@
 One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
-    mini-batches with AdamW → metrics, samples, checkpoint.
+    mini-batches with AdamW (optim.name=sgd: plain SGD) → metrics, samples, checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss, scale_advantages
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, extract_answer, render_prompt
@@ -137,6 +137,18 @@ def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
 
+def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
+    """optim.name's optimiser over the model's parameters: AdamW (the default, as before) or plain SGD."""
+    o = cfg.optim
+    fused = device.type in ("cpu", "cuda")  # one kernel, no per-step copies of every weight (as TRL)
+    if o.name == "sgd":  # no momentum: the step is lr × gradient, so a factor on the advantages is a factor on it
+        return torch.optim.SGD(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+    betas = tuple(o.betas)
+    return torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused
+    )
+
+
 def warmup_lambda(warmup_steps: int):
     return lambda n: min(1.0, (n + 1) / warmup_steps) if warmup_steps > 0 else 1.0
 
@@ -230,13 +242,7 @@ class Trainer:
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=cfg.optim.lr,
-            betas=tuple(cfg.optim.betas),
-            weight_decay=cfg.optim.weight_decay,
-            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
-        )
+        self.optimizer = make_optimizer(model, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
         # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
@@ -493,12 +499,13 @@ class Trainer:
             self.hadw.lam,
             enabled=self.hadw.enabled,
             keys=anchor_keys(self.anchor, rollout.problems),
+            normalize=self.hadw.normalize,
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
-        final = hadw.advantages
+        final = scale_advantages(hadw.advantages, a.advantage_scale)
         metrics |= {M.ADV_MEAN: float(final.mean()), M.ADV_MAX: float(final.max()), M.ADV_MIN: float(final.min())}
-        return hadw.advantages, metrics
+        return final, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         """PPO-style epochs over group-aligned mini-batches of the rollout batch; returns averaged metrics.
