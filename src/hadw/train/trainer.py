@@ -218,7 +218,11 @@ class Trainer:
         self.device = model_device(model)
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         self.engine = HFRolloutEngine(
-            model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
+            model,
+            tokenizer,
+            max_batch_size=cfg.rollout.max_batch_size,
+            decoder=cfg.rollout.decoder,
+            memory_budget_gb=cfg.rollout.memory_budget_gb,
         )
         # Sampled log-probs equal a teacher-forced re-scoring to ~1e-6 in float32 (tests/test_rollout.py);
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
