@@ -797,8 +797,11 @@ class Trainer:
         last = latest_checkpoint(self.run_dir)
         import shlex
 
-        argv = shlex.join(sys.argv[1:]) if sys.argv and "hadw" in sys.argv[0] else "train ..."
-        command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        if len(sys.argv) > 1 and "hadw" in sys.argv[0] and sys.argv[1] == "train":  # the user's own command line
+            argv = shlex.join(sys.argv[1:])
+            command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        else:  # a run started by `hadw demo`, `hadw compare` or Python: its saved config resumes it
+            command = f"hadw train {shlex.quote(str(self.run_dir / 'config.yaml'))} --resume"
         where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
         return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
 
