@@ -187,9 +187,11 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
         raise LauncherError("--launcher ray needs Ray: pip install 'hadw[cluster]'") from None
     started = False
     if not ray.is_initialized():
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        if opts.address == "local":
-            kwargs["num_cpus"] = opts.local_cpus
+        kwargs: dict = {}
+        if opts.address == "local":  # our own instance: no dashboard, the CPUs we were given
+            kwargs = {"num_cpus": opts.local_cpus, "include_dashboard": False}
+        if not opts.address.startswith("ray://"):  # (a Ray client takes none of these)
+            kwargs |= {"log_to_driver": False, "configure_logging": False}
         try:
             ray.init(address=opts.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as err:
