@@ -131,17 +131,52 @@ def test_sbatch_options_parse_and_bad_ones_are_one_line_errors(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- Ray
+@pytest.fixture
+def ray_head(tmp_path_factory, monkeypatch):
+    """A Ray head daemon (`ray start --head --block`, 2 CPUs) started by scripts/ray_local.sh, always stopped.
+    RAY_AUTH_MODE=disabled for it and for this process: no token file is written into ~/.ray."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        unavailable("ray is not installed (pip install 'hadw[cluster]')")
+    folder = tmp_path_factory.mktemp("ray")
+    script = REPO / "scripts" / "ray_local.sh"
+    env = {**os.environ, "RAY": str(ray_bin)}
+    started = time.perf_counter()
+    up = subprocess.run(["bash", str(script), "start", str(folder), "2"], capture_output=True, text=True, env=env)
+    try:
+        if up.returncode != 0:
+            unavailable(f"the Ray head did not start: {up.stderr.strip()}")
+        print(f"ray head start-up: {time.perf_counter() - started:.1f} s")
+        yield (folder / "address").read_text().strip()
+    finally:
+        subprocess.run(["bash", str(script), "stop", str(folder)], capture_output=True, text=True, env=env)
+    assert not (folder / "ray.pid").exists(), "the Ray head was not stopped"
+
+
+def interrupt_after(run_dir: Path, step: int) -> None:
+    """Make a finished run look killed after `step` (one of the last 2 steps: checkpoint.every=1, keep_last=2
+    keep those two checkpoints): drop the final model
+    and the newer checkpoint, point `latest` at checkpoint-<step>, keep the metrics rows up to it."""
+    shutil.rmtree(run_dir / "final_model")
+    for checkpoint in run_dir.glob("checkpoint-*"):
+        if int(checkpoint.name.split("-")[1]) > step:
+            shutil.rmtree(checkpoint)
+    (run_dir / "latest").write_text(f"checkpoint-{step:06d}\n")
+    rows = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
+    (run_dir / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+
+
 @pytest.mark.slow
-def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hadw[cluster]')")
-    before = own_processes()
+def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep, ray_head):
+    before = own_processes()  # (the Ray head is not among them: ray_local.sh detaches it with setsid)
     out = tmp_path / "cmp"
     started = time.perf_counter()
-    # --jobs 2 --cpus-per-run 1: the sweep starts a local Ray instance with 2 CPUs and stops it at the end.
+    # --ray-address local (the default) --jobs 2: the sweep starts its own 2-CPU Ray instance, stops it at the end.
     result = CliRunner().invoke(
         build_app(), ["compare", "--out", str(out), "--launcher", "ray", "--jobs", "2", "--poll", "0.5", *ARMS, *RECIPE]
     )
-    print(f"ray 2x2 sweep (with Ray start/stop): {time.perf_counter() - started:.1f} s")
+    print(f"ray 2x2 sweep (starting and stopping its Ray instance): {time.perf_counter() - started:.1f} s")
     assert result.exit_code == 0, result.output
     assert "runs: 4 trained, 0 resumed, 0 reused, 0 failed" in result.output
     assert "runs: 0 done, 0 running, 0 failed, 4 queued" in result.output
@@ -151,10 +186,23 @@ def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep):
     deadline = time.time() + 30
     while own_processes() - before and time.time() < deadline:  # Ray's processes exit shortly after shutdown
         time.sleep(0.2)
-    assert not own_processes() - before, "Ray left processes behind"
-    # The same command again: every run is reused, nothing is submitted (no Ray instance is started).
-    again = CliRunner().invoke(build_app(), ["compare", "--out", str(out), "--launcher", "ray", *ARMS, *RECIPE])
-    assert again.exit_code == 0 and "runs: 0 trained, 0 resumed, 4 reused, 0 failed" in again.output, again.output
+    assert not own_processes() - before, "the sweep's Ray instance left processes behind"
+
+    # The same command against a running cluster (--ray-address HOST:PORT), after hadw seed 1 was "killed"
+    # after step 7: three runs are reused (never submitted), one resumes from checkpoint-7, bit for bit.
+    interrupt_after(out / "hadw" / "seed1", 7)
+    again = CliRunner().invoke(
+        build_app(),
+        ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5", *ARMS, *RECIPE],
+    )
+    assert again.exit_code == 0 and "runs: 0 trained, 1 resumed, 3 reused, 0 failed" in again.output, again.output
+    assert_same_runs(out, local_sweep)
+    # A cluster that is not there: one line naming the address, exit 2.
+    gone = CliRunner().invoke(
+        build_app(),
+        ["compare", "--out", str(tmp_path / "x"), "--launcher", "ray", "--ray-address", "127.0.0.1:9", *ARMS],
+    )
+    assert gone.exit_code == 2 and "--ray-address 127.0.0.1:9: cannot connect" in flat(gone.output), gone.output
 
 
 # ------------------------------------------------------------------------------------------- Slurm

@@ -187,6 +187,7 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
         raise LauncherError("--launcher ray needs Ray: pip install 'hadw[cluster]'") from None
     started = False
     if not ray.is_initialized():
+        _check_reachable(opts.address)
         kwargs: dict = {}
         if opts.address == "local":  # our own instance: no dashboard, the CPUs we were given
             kwargs = {"num_cpus": opts.local_cpus, "include_dashboard": False}
@@ -219,6 +220,19 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """HOST:PORT or ray://HOST:PORT must accept a connection: ray.init would otherwise retry for minutes."""
+    if address in ("local", "auto"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise LauncherError(f"--ray-address {address}: expected local, auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as err:
+        raise LauncherError(f"--ray-address {address}: cannot connect ({err.strerror or err})") from None
 
 
 def _started_since(run_dir: Path, since: float) -> bool:
