@@ -295,6 +295,14 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         params["gpus_per_node"] = opts.gpus_per_run
     if opts.setup:
         params["setup"] = list(opts.setup)
+    params["job_name"] = f"{opts.job_name}-{_folder_tag(out_dir)}"
+    busy = _queued_arrays(params["job_name"])
+    if busy:
+        raise LauncherError(
+            f"--out {out_dir}: job array {', '.join(busy)} of an earlier hadw compare on this folder is still queued "
+            f"or running (squeue -n {params['job_name']}); wait for it (--collect-only reports what has finished) "
+            "or scancel it, then re-run: its runs would otherwise start twice"
+        )
     executor.update_parameters(**params)
     cwd = os.getcwd()
     try:
@@ -308,6 +316,31 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         flush=True,
     )
     return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress)
+
+
+def _folder_tag(out_dir: Path) -> str:
+    """A short name for --out in the job name, so that a later sweep can find the arrays still on it."""
+    import hashlib
+
+    path = str(Path(out_dir).resolve())
+    return f"{Path(path).name[:24]}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+
+
+def _queued_arrays(job_name: str) -> list[str]:
+    """Array ids of this user's jobs named job_name that are pending or running (squeue; [] if it fails)."""
+    import getpass
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-u", getpass.getuser(), "-n", job_name, "-o", "%A"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted(set(out.stdout.split())) if out.returncode == 0 else []
 
 
 def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict]:
