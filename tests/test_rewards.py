@@ -182,6 +182,8 @@ def test_score_rejects_bad_configuration():
         score(["a"], ["a"], [RewardSpec("format"), RewardSpec("format")])
     with pytest.raises(ValueError, match="2 completions but 1 answers"):
         score(["a", "b"], ["a"])
-    with pytest.raises(ValueError, match=r"correctness reward 'format2' must be 0/1"):
-        score(["\\boxed{1}"], ["1"], [RewardSpec("format2", fn=RewardFunction("format2", lambda c, a: 0.5))],
-              correctness="format2")
+    # a correctness score other than 0 / 1 is an item error (issue 23), not a crash of the run
+    half = score(["\\boxed{1}", "x"], ["1", "1"], [RewardSpec("format2", fn=RewardFunction("format2", lambda c, a:
+                 0.5 if c == "x" else 1.0))], correctness="format2")
+    assert half.correctness.tolist() == [1.0, 0.0] and half.errors == {"format2": {"out of range": 1}}
+    assert half.first_errors["format2"].row == 1 and "not 0 or 1" in half.first_errors["format2"].message

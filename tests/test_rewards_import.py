@@ -56,10 +56,11 @@ def test_function_without_kwargs_receives_only_the_arguments_it_names():
     assert fn.run(["a", "b"], ["a", "c"], ["p", "q"], {"other": [1, 2]}).scores == [1.0, 0.0]
 
 
-def test_a_raising_item_scores_zero_and_is_counted_none_scores_zero():
+def test_a_raising_item_scores_zero_and_is_counted_none_scores_zero_and_is_counted():
     fn = resolve_reward(f"{HERE}:fails_on_boom")
     out = fn.run(["ok", "boom", "skip"], ["", "", ""])
-    assert out.scores == [1.0, 0.0, 0.0] and out.num_errors == 1 and "RuntimeError: boom" in out.messages[0]
+    assert out.scores == [1.0, 0.0, 0.0] and out.num_errors == 2 and "RuntimeError: boom" in out.messages[0]
+    assert out.kinds == {"raised": 1, "None": 1} and out.first_error.row == 1
 
 
 def test_import_path_errors_are_one_line_value_errors():

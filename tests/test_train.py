@@ -287,3 +287,65 @@ def test_per_prompt_anchor_resumes_from_its_checkpoint(tiny_path, tmp_path):
     resumed.train()
     assert len(resumed.anchor.state_dict()["batch"]["history"]) == 4
     assert resumed.anchor.state_dict() == straight.anchor.state_dict()
+
+
+def _weights_after(tiny_path, out_dir, *extra: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(initial, final) flat weights of a 3-step HA-DW run with a reward that has signal."""
+    trainer = Trainer(load_config(None, _overrides(tiny_path, out_dir, "hadw.enabled=true", "logging.sample_every=0",
+                                                   "optim.grad_clip=0", *extra)))  # fmt: skip
+    initial = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+    trainer.train()
+    return initial, torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+
+
+def test_lambda_cancels_under_adamw_and_acts_under_sgd_or_kl(tiny_path, tmp_path):
+    """Φ = λ·exp(D·M): λ is a global factor of every advantage. AdamW's step m̂/(√v̂+ε) is unchanged by it up to
+    ε, so with no KL / entropy term and no clip λ = 1 and λ = 1.5 train the same weights (to a tolerance that
+    shrinks with ε: it is ε that breaks the invariance); under plain SGD λ is a learning rate, and with a KL term it
+    changes the policy loss's weight relative to the KL's. Measured: 4e-4 (ε = 1e-8), 3e-6 (ε = 1e-12), 0.8 (SGD),
+    0.04 (KL 5), as a share of the update's norm."""
+
+    def relative_gap(*extra: str) -> float:
+        w0, a = _weights_after(tiny_path, tmp_path / f"a{len(list(tmp_path.iterdir()))}", "hadw.lam=1.0", *extra)
+        _, b = _weights_after(tiny_path, tmp_path / f"b{len(list(tmp_path.iterdir()))}", "hadw.lam=1.5", *extra)
+        return float((a - b).norm() / (a - w0).norm())
+
+    assert relative_gap() < 2e-3  # AdamW, ε = 1e-8 (the default)
+    assert relative_gap("optim.eps=1e-12") < 5e-5  # the gap is ε's: float32 rounding is all that is left
+    assert relative_gap("optim.name=sgd", "optim.lr=0.05") > 0.2
+    assert relative_gap("algorithm.kl_coef=5.0") > 0.01
+    assert relative_gap("hadw.normalize=batch", "optim.name=sgd", "optim.lr=0.05") < 1e-5  # Φ's mean, λ, removed
+
+
+def test_advantage_scale_is_lambda_as_a_step_size(tiny_path, tmp_path):
+    """algorithm.advantage_scale=1.5 with λ = 1 trains exactly what λ = 1.5 does (both multiply Â·Φ by 1.5)."""
+    _, scaled = _weights_after(tiny_path, tmp_path / "s", "hadw.lam=1.0", "algorithm.advantage_scale=1.5",
+                               "optim.name=sgd", "optim.lr=0.05")  # fmt: skip
+    _, lam = _weights_after(tiny_path, tmp_path / "l", "hadw.lam=1.5", "optim.name=sgd", "optim.lr=0.05")
+    torch.testing.assert_close(scaled, lam, rtol=1e-5, atol=1e-7)
+
+
+def test_default_optimiser_and_options_are_the_previous_ones(tiny_path, tmp_path):
+    """The new options' defaults are today's trainer: fused AdamW with torch's ε, advantages unscaled, Φ not
+    normalised, and a run with them spelled out is bit-for-bit the default run. (Checked once against the
+    commit before these options existed: identical weights after 3 steps with and without HA-DW.)"""
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "d", "hadw.enabled=true"))
+    assert (cfg.optim.name, cfg.optim.eps, cfg.algorithm.advantage_scale, cfg.hadw.normalize) == (
+        "adamw", 1e-8, 1.0, "none")  # fmt: skip
+    trainer = Trainer(cfg)
+    opt = trainer.optimizer
+    assert type(opt) is torch.optim.AdamW and opt.defaults["fused"] and opt.defaults["eps"] == 1e-8
+    trainer.train()
+    default = [p.detach().clone() for p in trainer.model.parameters()]
+    explicit = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "e", "hadw.enabled=true", "optim.name=adamw",
+                                                    "optim.eps=1e-8", "algorithm.advantage_scale=1.0",
+                                                    "hadw.normalize=none")))  # fmt: skip
+    explicit.train()
+    assert all(torch.equal(p, q) for p, q in zip(default, explicit.model.parameters(), strict=True))
+    sgd = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "g", "optim.name=sgd")))
+    assert type(sgd.optimizer) is torch.optim.SGD and sgd.optimizer.defaults["momentum"] == 0
+    sgd._lock.release()
+    with pytest.raises(ConfigError, match="optim.name='adam'"):
+        load_config(None, ["optim.name=adam"])
+    with pytest.raises(ConfigError, match="hadw.normalize"):
+        load_config(None, ["hadw.normalize=mean"])

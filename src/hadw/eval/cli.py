@@ -50,6 +50,39 @@ LevelFieldOption = typer.Option("--level-field", help="Your data's difficulty-le
 TrustOption = typer.Option("--trust-remote-code", help="Run the model repository's own code (if you trust it).")
 
 
+ModelArgument = typer.Argument(
+    help="A model folder (any HF causal LM), a Hub id, or a run folder of `hadw train`: then the run's own data, "
+    "template, chat template, fields, reward and answer length are the defaults (each option still overrides)."
+)
+
+
+def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit,
+              seed):  # fmt: skip
+    """MODEL as a run folder: its recipe (hadw.eval.run_recipe) fills every option left at its default."""
+    from hadw.eval.run_recipe import is_run_dir, read_run
+
+    if not is_run_dir(model):
+        if not data:
+            message = "give at least one --data source (or a run folder as MODEL)"
+            raise typer.BadParameter(message, param_hint="'--data'")
+        return model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    run = read_run(model)
+    task = run.data.startswith("task:")
+    return (
+        str(run.model),
+        data or [run.data],
+        data_dir if data_dir is not None else (run.data_dir or None),
+        run.template if template == "auto" else template,
+        run.reward if reward == "auto" else reward,
+        max_new_tokens or run.max_new_tokens,
+        run.chat_template if chat_template == "auto" else chat_template,
+        fields if any(fields) else run.fields,
+        levels if levels is not None or not (task and run.levels) else ",".join(map(str, run.levels)),
+        limit if limit is not None else run.eval_size,  # the held-out items the trainer scored
+        seed if seed != 0 else run.seed,  # a task's held-out items follow the run's seed
+    )
+
+
 def _load_sources(
     data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed, field_names=(None, None, None)
 ):
@@ -90,6 +123,15 @@ def _load_sources(
         raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
+def _engine(model, tokenizer, memory_budget_gb: float | None):
+    """The rollout engine of eval / probe; its chunks fit `memory_budget_gb` (None: half the free memory)."""
+    from hadw.rollout import HFRolloutEngine
+
+    if memory_budget_gb is not None and not memory_budget_gb > 0:
+        raise typer.BadParameter(f"{memory_budget_gb}; allowed: > 0", param_hint="'--memory-budget-gb'")
+    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
+
+
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
     from hadw.rollout import load_model
 
@@ -115,8 +157,8 @@ def _bar(total: int, desc: str):
 
 
 def eval_cmd(
-    model: Annotated[str, typer.Argument(help="A model folder (any HF causal LM, a run's final_model/) or a Hub id.")],
-    data: Annotated[list[str], DataOption],
+    model: Annotated[str, ModelArgument],
+    data: Annotated[list[str] | None, DataOption] = None,
     data_dir: Annotated[str | None, DataDirOption] = None,
     prompt_field: Annotated[str | None, PromptFieldOption] = None,
     answer_field: Annotated[str | None, AnswerFieldOption] = None,
@@ -146,6 +188,10 @@ def eval_cmd(
         int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Problems per generation batch.")] = 64,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option("--memory-budget-gb", help="Memory one generate chunk may use (default: half the free memory)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
@@ -173,6 +219,9 @@ def eval_cmd(
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     fields = (prompt_field, answer_field, level_field)
+    model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
+        model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
@@ -190,6 +239,7 @@ def eval_cmd(
             seed,
             _chat(chat_template),
             bar.update if bar else None,
+            engine=_engine(lm, tokenizer, memory_budget_gb),
         )
     finally:
         if bar:
@@ -215,8 +265,8 @@ def eval_cmd(
 
 
 def probe_cmd(
-    model: Annotated[str, typer.Argument(help="A model folder or a Hub id.")],
-    data: Annotated[list[str], DataOption],
+    model: Annotated[str, ModelArgument],
+    data: Annotated[list[str] | None, DataOption] = None,
     data_dir: Annotated[str | None, DataDirOption] = None,
     prompt_field: Annotated[str | None, PromptFieldOption] = None,
     answer_field: Annotated[str | None, AnswerFieldOption] = None,
@@ -247,6 +297,13 @@ def probe_cmd(
         int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
     ] = None,
     edges: Annotated[str, typer.Option("--edges", help="p_ref bucket edges.")] = "0,0.125,0.25,0.5,0.75,0.875,1",
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Rows (samples) per generate call, before the memory split.")
+    ] = 4096,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option("--memory-budget-gb", help="Memory one generate chunk may use (default: half the free memory)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
@@ -255,8 +312,8 @@ def probe_cmd(
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
+    from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
-    from hadw.experiments.plots import plot_probe
 
     try:
         edge_list = [float(e) for e in edges.split(",")]
@@ -265,6 +322,9 @@ def probe_cmd(
     if group_size < 2 or reference < 1 or groups < 1:
         raise typer.BadParameter("need --group-size >= 2, --reference >= 1, --groups >= 1")
     fields = (prompt_field, answer_field, level_field)
+    model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
+        model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     n = groups * group_size + reference
@@ -280,8 +340,10 @@ def probe_cmd(
                 temperature,
                 top_p,
                 source.max_new_tokens,
+                max_rows=batch_size,
                 use_chat_template=_chat(chat_template),
                 progress=bar.update,
+                engine=_engine(lm, tokenizer, memory_budget_gb),
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems

@@ -138,12 +138,13 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def run_status(run_dir: Path) -> str:
-    """ "finished" | "resume" (has a checkpoint) | "new"."""
-    from hadw.train.checkpoint import latest_checkpoint
+    """ "finished" | "resume" (has a checkpoint folder: the resume itself checks it, and refuses an unusable
+    one in one line rather than training over it) | "new"."""
+    from hadw.train.checkpoint import checkpoint_dirs
 
     if is_finished(run_dir):
         return "finished"
-    return "resume" if latest_checkpoint(run_dir) is not None else "new"
+    return "resume" if checkpoint_dirs(run_dir) else "new"
 
 
 def _check_same_config(spec: RunSpec, cfg) -> None:

@@ -7,7 +7,9 @@ Importing this package does not import torch or sympy (verifier worker processes
 
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
+    ERROR_KINDS,
     REWARDS,
+    ItemError,
     ItemScores,
     RewardFn,
     RewardFunction,
@@ -26,7 +28,9 @@ register_reward(RewardFunction("math_any", math_any_item, isolated=True))
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "ERROR_KINDS",
     "REWARDS",
+    "ItemError",
     "ItemScores",
     "RewardFn",
     "RewardFunction",

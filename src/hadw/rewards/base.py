@@ -7,13 +7,15 @@ never raises for a bad item: the item scores 0 and is counted as an error or a t
 
 Every reward runs under the timeout: isolated ones in the pool (the worker is killed), in-process and
 plain batch functions in a daemon thread that is abandoned when it overruns (Python cannot kill a
-thread, but training goes on). A score that is NaN/inf, not a number, or a batch result of the wrong
-length is an item error (scored 0 and counted), never a crash or a broadcast of one score to all items.
+thread, but training goes on). A score that is NaN/inf, None, not a number, or a batch result of the
+wrong length is an item error (scored 0 and counted by kind: ERROR_KINDS), never a crash or a broadcast of
+one score to all items; sys.exit and os._exit inside a reward thread are caught and counted the same way.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import queue
 import threading
@@ -27,6 +29,17 @@ from hadw.rewards import verifiers
 DEFAULT_TIMEOUT_S = 5.0
 MAX_MESSAGES = 10
 
+# How an item of a reward can fail; a failed item scores 0 and is counted under its kind, never raised.
+TIMEOUT = "timeout"  # no result within reward.timeout_s
+RAISED = "raised"  # the function raised an exception
+EXITED = "exit"  # the function called sys.exit / os._exit (caught: it cannot end the trainer)
+NON_FINITE = "nan/inf"  # the score is NaN or infinite
+NONE = "None"  # the score is None
+NOT_A_NUMBER = "not a number"  # the score is a string, a list, ...
+WRONG_LENGTH = "wrong length"  # a batch function returned another number of scores than items
+OUT_OF_RANGE = "out of range"  # a correctness score that is not 0 or 1
+ERROR_KINDS = (TIMEOUT, RAISED, EXITED, NON_FINITE, NONE, NOT_A_NUMBER, WRONG_LENGTH, OUT_OF_RANGE)
+
 
 class RewardFn(Protocol):
     name: str
@@ -34,14 +47,52 @@ class RewardFn(Protocol):
     def __call__(self, completions: list[str], answers: list[str]) -> list[float]: ...
 
 
+class ScoreError(ValueError):
+    """An item's score is unusable; `kind` is one of ERROR_KINDS."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class RewardExit(BaseException):
+    """Raised in place of os._exit inside a reward thread (see _guard_os_exit)."""
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """One failed item: its row (index into the batch), the kind (ERROR_KINDS) and the message."""
+
+    row: int
+    kind: str
+    message: str
+
+
 @dataclass(frozen=True)
 class ItemScores:
-    """Scores of one reward over a batch, with the items that failed."""
+    """Scores of one reward over a batch, with the items that failed (scored 0)."""
 
     scores: list[float]
     num_timeouts: int = 0
-    num_errors: int = 0
+    num_errors: int = 0  # failed items other than timeouts
     messages: list[str] = field(default_factory=list)  # first few error / timeout messages
+    kinds: dict[str, int] = field(default_factory=dict)  # failed items by kind (ERROR_KINDS)
+    first_error: ItemError | None = None  # the batch's first failed item
+
+    @property
+    def all_failed(self) -> bool:
+        """True when every item failed (a broken reward, not a bad completion)."""
+        return bool(self.scores) and sum(self.kinds.values()) == len(self.scores)
+
+    @staticmethod
+    def from_items(scores: list[float], failures: list[ItemError]) -> ItemScores:
+        """scores (0 at failed items) and the failures, tallied by kind."""
+        failures = sorted(failures, key=lambda f: f.row)
+        kinds = {k: n for k in ERROR_KINDS if (n := sum(f.kind == k for f in failures))}
+        timeouts = kinds.get(TIMEOUT, 0)
+        messages = [f.message for f in failures[:MAX_MESSAGES]]
+        first = failures[0] if failures else None
+        return ItemScores(scores, timeouts, len(failures) - timeouts, messages, kinds, first)
 
 
 @dataclass(frozen=True)
@@ -58,12 +109,79 @@ class RewardFunction:
         return run_reward(self, completions, answers, timeout_s).scores
 
 
-def _as_score(value) -> float:
-    """A finite float, else ValueError (an item error)."""
-    score = float(value)
+def check_score(value: object) -> float:
+    """A finite float, else ScoreError naming the kind (None, not a number, NaN / inf)."""
+    if value is None:
+        raise ScoreError(NONE, "score is None")
+    if not isinstance(value, int | float) and not hasattr(value, "__float__"):  # bool, numpy and 0-d tensors pass
+        raise ScoreError(NOT_A_NUMBER, f"score is a {type(value).__name__} ({str(value)[:60]!r}), not a number")
+    try:
+        score = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ScoreError(NOT_A_NUMBER, f"score {str(value)[:60]!r} is not a number ({e})") from None
     if not math.isfinite(score):
-        raise ValueError(f"score is {score} (scores must be finite)")
+        raise ScoreError(NON_FINITE, f"score is {score} (scores must be finite)")
     return score
+
+
+def _failure(row: int, err: BaseException) -> ItemError:
+    """The ItemError of an exception raised while scoring item `row`."""
+    if isinstance(err, ScoreError):
+        return ItemError(row, err.kind, str(err))
+    if isinstance(err, SystemExit | RewardExit):
+        what = "sys.exit" if isinstance(err, SystemExit) else "os._exit"
+        return ItemError(row, EXITED, f"{what}({err.args[0] if err.args else ''}) inside the reward (caught)")
+    return ItemError(row, RAISED, f"{type(err).__name__}: {err}"[:500])
+
+
+_REAL_OS_EXIT = os._exit
+_THREAD_PREFIX = "hadw-reward"
+
+
+def _guarded_os_exit(code: int) -> None:
+    """os._exit, except in a reward thread, where it raises RewardExit: a reward cannot end the trainer."""
+    if threading.current_thread().name.startswith(_THREAD_PREFIX):
+        raise RewardExit(code)
+    _REAL_OS_EXIT(code)
+
+
+def _guard_os_exit() -> None:
+    """Route os._exit through _guarded_os_exit (idempotent; other threads keep the real os._exit)."""
+    if os._exit is not _guarded_os_exit:
+        os._exit = _guarded_os_exit  # type: ignore[assignment]
+
+
+def _per_item(item: Callable[[int], object], n: int, timeout_s: float | None) -> ItemScores:
+    """item(j) for j in range(n) in a worker thread; an item that takes longer than timeout_s scores 0
+    (timeout) and the thread is abandoned (Python cannot kill a thread); the remaining items continue in a
+    fresh thread. Every failure (an exception, sys.exit / os._exit, a bad score) scores 0 and is counted."""
+    _guard_os_exit()
+    scores, failures = [0.0] * n, []
+    i = 0
+    while i < n:
+        results: queue.SimpleQueue = queue.SimpleQueue()
+
+        def work(start: int = i, results: queue.SimpleQueue = results) -> None:
+            for j in range(start, n):
+                try:
+                    results.put((j, None, check_score(item(j))))
+                except BaseException as e:  # SystemExit / os._exit included: counted, never fatal
+                    results.put((j, _failure(j, e), 0.0))
+
+        threading.Thread(target=work, daemon=True, name=_THREAD_PREFIX).start()
+        while i < n:
+            try:
+                j, failure, value = results.get(timeout=timeout_s)
+            except queue.Empty:
+                failures.append(ItemError(i, TIMEOUT, f"no result within {timeout_s:g} s"))
+                i += 1
+                break  # abandon the stuck thread; go on with the next item in a new one
+            if failure is None:
+                scores[j] = value
+            else:
+                failures.append(failure)
+            i = j + 1
+    return ItemScores.from_items(scores, failures)
 
 
 def _in_process(
@@ -72,50 +190,23 @@ def _in_process(
     answers: Sequence[str],
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
 ) -> ItemScores:
-    """fn per item in a worker thread; an item that takes longer than timeout_s scores 0 (timeout) and
-    the thread is abandoned; the remaining items continue in a fresh thread."""
-    n = len(completions)
-    scores, messages, timeouts, errors = [0.0] * n, [], 0, 0
-    i = 0
-    while i < n:
-        results: queue.SimpleQueue = queue.SimpleQueue()
-
-        def work(start: int = i, results: queue.SimpleQueue = results) -> None:
-            for j in range(start, n):
-                try:
-                    results.put((j, True, _as_score(fn(completions[j], answers[j]))))
-                except Exception as e:
-                    results.put((j, False, f"{type(e).__name__}: {e}"[:500]))
-
-        threading.Thread(target=work, daemon=True, name="hadw-reward").start()
-        while i < n:
-            try:
-                j, ok, value = results.get(timeout=timeout_s)
-            except queue.Empty:
-                timeouts += 1
-                messages.append(f"no result within {timeout_s:g} s")
-                i += 1
-                break  # abandon the stuck thread; go on with the next item in a new one
-            if ok:
-                scores[j] = value
-            else:
-                errors += 1
-                messages.append(value)
-            i = j + 1
-    return ItemScores(scores, timeouts, errors, messages[:MAX_MESSAGES])
+    """A per-item fn in a worker thread under timeout_s per item (_per_item)."""
+    return _per_item(lambda j: fn(completions[j], answers[j]), len(completions), timeout_s)
 
 
 def _call_with_timeout(call: Callable[[], object], timeout_s: float | None) -> object:
-    """call() in a daemon thread; TimeoutError if it has not returned within timeout_s."""
+    """call() in a daemon thread; TimeoutError if it has not returned within timeout_s. Whatever it raises
+    (SystemExit and os._exit included) is raised here."""
+    _guard_os_exit()
     box: queue.SimpleQueue = queue.SimpleQueue()
 
     def work() -> None:
         try:
             box.put((True, call()))
-        except Exception as e:
+        except BaseException as e:  # SystemExit / RewardExit too: handed to the caller, never lost
             box.put((False, e))
 
-    threading.Thread(target=work, daemon=True, name="hadw-reward").start()
+    threading.Thread(target=work, daemon=True, name=_THREAD_PREFIX).start()
     try:
         ok, value = box.get(timeout=timeout_s)
     except queue.Empty:
@@ -125,32 +216,34 @@ def _call_with_timeout(call: Callable[[], object], timeout_s: float | None) -> o
     return value
 
 
-def _batch(fn: RewardFn, completions: list[str], answers: list[str], timeout_s: float | None) -> ItemScores:
-    """A plain batch callable: one call, given timeout_s per item. If it raises or times out, call it item by
-    item to find the bad items. A result of the wrong length, or a non-finite score, is an item error."""
-    n = len(completions)
+def run_batch(name: str, call: Callable[[list[int]], Sequence[object]], n: int, timeout_s: float | None) -> ItemScores:
+    """A batch reward: call(rows) returns one score per row. One call for all n rows, given timeout_s per
+    item; if it raises, exits or times out, item by item (call([j])) to find the bad items. A result of the
+    wrong length makes every item an error (never a broadcast of one score to all); a bad score is an item
+    error of its kind."""
     budget = None if timeout_s is None else timeout_s * max(n, 1)
     try:
-        result = list(_call_with_timeout(lambda: fn(completions, answers), budget))
-    except Exception:
-        return _in_process(lambda c, a: _single(fn, c, a), completions, answers, timeout_s)
+        result = list(_call_with_timeout(lambda: call(list(range(n))), budget))  # type: ignore[arg-type]
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return _per_item(lambda j: _single(name, call, j), n, timeout_s)
     if len(result) != n:
-        message = f"reward {fn.name!r} returned {len(result)} scores for {n} items"
-        return ItemScores([0.0] * n, 0, n, [message])
-    scores, messages = [], []
-    for value in result:
+        message = f"reward {name!r} returned {len(result)} scores for {n} items"
+        return ItemScores.from_items([0.0] * n, [ItemError(j, WRONG_LENGTH, message) for j in range(n)])
+    scores, failures = [0.0] * n, []
+    for j, value in enumerate(result):
         try:
-            scores.append(_as_score(value))
-        except (TypeError, ValueError) as e:
-            scores.append(0.0)
-            messages.append(f"{type(e).__name__}: {e}"[:500])
-    return ItemScores(scores, 0, len(messages), messages[:MAX_MESSAGES])
+            scores[j] = check_score(value)
+        except ScoreError as e:
+            failures.append(ItemError(j, e.kind, str(e)))
+    return ItemScores.from_items(scores, failures)
 
 
-def _single(fn: RewardFn, completion: str, answer: str) -> float:
-    result = list(fn([completion], [answer]))
+def _single(name: str, call: Callable[[list[int]], Sequence[object]], j: int) -> object:
+    result = list(call([j]))  # type: ignore[arg-type]
     if len(result) != 1:
-        raise ValueError(f"reward {fn.name!r} returned {len(result)} scores for 1 item")
+        raise ScoreError(WRONG_LENGTH, f"reward {name!r} returned {len(result)} scores for 1 item")
     return result[0]
 
 
@@ -164,10 +257,11 @@ def run_reward(
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"reward timeout_s={timeout_s} must be > 0 (or None: no timeout, debugging only)")
     if not isinstance(fn, RewardFunction):
-        return _batch(fn, completions, answers, timeout_s)
+        call = lambda rows: fn([completions[j] for j in rows], [answers[j] for j in rows])
+        return run_batch(getattr(fn, "name", type(fn).__name__), call, len(completions), timeout_s)
     if not fn.isolated or timeout_s is None or not completions:
         return _in_process(fn.item_fn, completions, answers, timeout_s)
-    from hadw.rewards.pool import Outcome, get_pool
+    from hadw.rewards.pool import get_pool
 
     try:
         pickle.dumps(fn.item_fn)
@@ -177,17 +271,12 @@ def run_reward(
             f"function): {e}"
         ) from None
     outcomes = get_pool().map(fn.item_fn, completions, answers, timeout_s)
-    outcomes = [
-        o if o.status != "ok" or math.isfinite(o.value) else Outcome("error", 0.0, f"score is {o.value}")
-        for o in outcomes
+    failures = [
+        ItemError(j, TIMEOUT if o.status == "timeout" else o.kind or RAISED, o.message)
+        for j, o in enumerate(outcomes)
+        if o.status != "ok"
     ]
-    failed = [o.message for o in outcomes if o.status != "ok"]
-    return ItemScores(
-        scores=[o.value if o.status == "ok" else 0.0 for o in outcomes],
-        num_timeouts=sum(o.status == "timeout" for o in outcomes),
-        num_errors=sum(o.status == "error" for o in outcomes),
-        messages=failed[:MAX_MESSAGES],
-    )
+    return ItemScores.from_items([o.value if o.status == "ok" else 0.0 for o in outcomes], failures)
 
 
 REWARDS = Registry("reward")

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hadw.rewards.base import DEFAULT_TIMEOUT_S, MAX_MESSAGES, RewardFn, run_reward
+from hadw.rewards.base import (
+    DEFAULT_TIMEOUT_S,
+    MAX_MESSAGES,
+    OUT_OF_RANGE,
+    ItemError,
+    ItemScores,
+    RewardFn,
+    run_reward,
+)
 
 if TYPE_CHECKING:  # torch is imported inside score(): pool workers import this package and start faster
     import torch
@@ -34,6 +42,9 @@ class RewardResult:
     num_timeouts: int
     num_errors: int
     messages: list[str] = field(default_factory=list)  # first few error / timeout messages
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)  # reward -> failed items by kind
+    first_errors: dict[str, ItemError] = field(default_factory=dict)  # reward -> its first failed item
+    failed_all: list[str] = field(default_factory=list)  # rewards whose every item failed
 
 
 def score(
@@ -49,7 +60,8 @@ def score(
 
     specs: the weighted terms of `total` (default: [RewardSpec(correctness, 1.0)]). correctness: the name
     of the 0/1 reward HA-DW uses; it is evaluated even when it is not one of the specs, and a spec of the
-    same name is evaluated once. A failing item scores 0 in that reward and is counted, never raised.
+    same name is evaluated once. A failing item scores 0 in that reward and is counted by kind, never raised;
+    a correctness score other than 0 / 1 is such an item (out of range).
     prompts, columns: what rewards with TRL's signature receive besides the completions (loader.py).
     """
     import torch
@@ -64,20 +76,45 @@ def score(
     if correctness not in fns:
         fns[correctness] = resolve_reward(correctness)
 
-    per_reward, timeouts, errors, messages = {}, 0, 0, []
+    results: dict[str, ItemScores] = {}
     for name, fn in fns.items():
         if isinstance(fn, TRLReward):
-            result = fn.run(completions, answers, prompts, columns)
+            results[name] = fn.run(completions, answers, prompts, columns, timeout_s)
         else:
-            result = run_reward(fn, completions, answers, timeout_s)
-        per_reward[name] = torch.tensor(result.scores, dtype=torch.float32).reshape(len(completions))
-        timeouts, errors = timeouts + result.num_timeouts, errors + result.num_errors
-        messages += [f"{name}: {m}" for m in result.messages]
-
-    correct = per_reward[correctness]
-    if not bool(((correct == 0) | (correct == 1)).all()):
-        raise ValueError(f"correctness reward {correctness!r} must be 0/1, got {correct.unique().tolist()}")
+            results[name] = run_reward(fn, completions, answers, timeout_s)
+    results[correctness] = _binary(results[correctness], correctness)
+    per_reward = {
+        name: torch.tensor(r.scores, dtype=torch.float32).reshape(len(completions)) for name, r in results.items()
+    }
     total = torch.zeros(len(completions), dtype=torch.float32)
     for spec in specs:
         total += spec.weight * per_reward[spec.name]
-    return RewardResult(total, correct, per_reward, timeouts, errors, messages[:MAX_MESSAGES])
+    return RewardResult(
+        total,
+        per_reward[correctness],
+        per_reward,
+        sum(r.num_timeouts for r in results.values()),
+        sum(r.num_errors for r in results.values()),
+        [f"{name}: {m}" for name, r in results.items() for m in r.messages][:MAX_MESSAGES],
+        errors={name: dict(r.kinds) for name, r in results.items() if r.kinds},
+        first_errors={name: r.first_error for name, r in results.items() if r.first_error is not None},
+        failed_all=[name for name, r in results.items() if r.all_failed],
+    )
+
+
+def _binary(result: ItemScores, name: str) -> ItemScores:
+    """The correctness reward with every score that is not 0 or 1 made an item error (out of range, scored
+    0): HA-DW reads it as success / failure."""
+    failures = [e for e in [result.first_error] if e is not None]  # keep the reward's own first failure
+    bad = [j for j, v in enumerate(result.scores) if v not in (0.0, 1.0)]
+    if not bad:
+        return result
+    scores = [0.0 if j in set(bad) else v for j, v in enumerate(result.scores)]
+    kinds = dict(result.kinds)
+    kinds[OUT_OF_RANGE] = kinds.get(OUT_OF_RANGE, 0) + len(bad)
+    message = f"correctness score {result.scores[bad[0]]:g} is not 0 or 1 (reward.correctness={name!r})"
+    first = min([*failures, ItemError(bad[0], OUT_OF_RANGE, message)], key=lambda e: e.row)
+    return ItemScores(
+        scores, result.num_timeouts, result.num_errors + len(bad), [*result.messages, message],
+        kinds, first,
+    )

@@ -7,7 +7,8 @@ An import path "module:attribute" names either
     called once per batch with keyword arguments: `prompts` (the prompt texts, the template filled in,
     no chat markup), `completions` (the response texts) and the dataset's columns, one list each: every
     top-level field of the rows (except `prompt`), plus `answer` (the gold answer) and `level` when the
-    rows have no such field. A TRL user's function works unchanged; None scores 0.
+    rows have no such field. A TRL user's function works unchanged. It runs in a thread under
+    `reward.timeout_s` per item; None, NaN, a non-number or a wrong-length result scores 0 and is counted.
   * or, when the name is listed in `reward.isolated`, a per-item function `f(completion, answer) -> float`
     run in the verifier pool under `reward.timeout_s` (a hang or a crash scores 0 and is counted);
   * or a hadw `RewardFunction`, used as it is.
@@ -25,13 +26,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from hadw.errors import UserError
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
-    MAX_MESSAGES,
+    ItemError,
     ItemScores,
     RewardFn,
     RewardFunction,
     get_reward,
+    run_batch,
     run_reward,
 )
 
@@ -50,16 +53,13 @@ class TRLReward:
     name: str
     fn: Callable[..., Sequence[float | None]]
 
-    def _call(self, completions: list[str], prompts: list[str], columns: Mapping[str, list]) -> list[float]:
+    def _call(self, completions: list[str], prompts: list[str], columns: Mapping[str, list]) -> list[object]:
         kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
         params = inspect.signature(self.fn).parameters.values()
         if not any(p.kind is p.VAR_KEYWORD for p in params):  # no **kwargs: pass only what it names
             names = {p.name for p in params}
             kwargs = {k: v for k, v in kwargs.items() if k in names}
-        out = list(self.fn(**kwargs))
-        if len(out) != len(completions):
-            raise ValueError(f"reward {self.name!r} returned {len(out)} scores for {len(completions)} completions")
-        return [0.0 if v is None else float(v) for v in out]
+        return list(self.fn(**kwargs))
 
     def run(
         self,
@@ -67,21 +67,18 @@ class TRLReward:
         answers: list[str],
         prompts: list[str] | None = None,
         columns: Mapping[str, list] | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> ItemScores:
-        """One call for the batch; if it raises, item by item, so one bad item scores 0 and is counted."""
+        """One call for the batch under timeout_s per item; if it raises, exits or times out, item by item, so
+        one bad item scores 0 and is counted by kind (hadw.rewards.base.run_batch). None scores 0 and is counted."""
         prompts = prompts if prompts is not None else [""] * len(completions)
         columns = {"answer": answers, **(columns or {})}
-        try:
-            return ItemScores(self._call(completions, prompts, columns))
-        except Exception:
-            scores, messages = [], []
-            for i, completion in enumerate(completions):
-                try:
-                    scores += self._call([completion], [prompts[i]], {k: [v[i]] for k, v in columns.items()})
-                except Exception as e:
-                    scores.append(0.0)
-                    messages.append(f"{type(e).__name__}: {e}"[:500])
-            return ItemScores(scores, 0, len(messages), messages[:MAX_MESSAGES])
+
+        def call(rows: list[int]) -> list[object]:
+            picked = {k: [v[i] for i in rows] for k, v in columns.items()}
+            return self._call([completions[i] for i in rows], [prompts[i] for i in rows], picked)
+
+        return run_batch(self.name, call, len(completions), timeout_s)
 
     def __call__(self, completions: list[str], answers: list[str]) -> list[float]:
         return self.run(completions, answers).scores
@@ -144,19 +141,76 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def trl_reward(name: str, answer_column: str = "answer", timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Callable:
+class RewardFailure(UserError):
+    """A reward failed on every item for too many consecutive batches: it is broken, not the completions."""
+
+
+class FailureWatch:
+    """Makes a reward's errors visible: its first failed item (kind, message, row) is reported once via
+    `report(name, line, error, row)`, failed items are counted by kind in `counts`, and `max_failed` consecutive
+    batches in which every item failed raise RewardFailure naming the reward and the error (0 = never)."""
+
+    def __init__(self, name: str, max_failed: int, report: Callable[[str, str, ItemError, dict], None]):
+        self.name, self.max_failed, self.report = name, max_failed, report
+        self.counts: dict[str, int] = {}
+        self.streak, self.reported = 0, False
+
+    def see(
+        self,
+        kinds: Mapping[str, int],
+        first: ItemError | None,
+        all_failed: bool,
+        rows: Sequence[Mapping[str, Any]] = (),
+        what: str = "steps",
+    ) -> None:
+        """One batch of the reward: its failed items by kind, the first one, whether every item failed, and
+        the batch's rows (what the report shows of the first failed item)."""
+        for kind, n in kinds.items():
+            self.counts[kind] = self.counts.get(kind, 0) + n
+        if first is not None and not self.reported:
+            self.reported = True
+            row = {k: str(v)[:500] for k, v in dict(rows[first.row]).items()} if first.row < len(rows) else {}
+            shown = {k: v[:100] for k, v in row.items()}
+            line = f"reward {self.name!r}: first error ({first.kind}) on row {first.row}: {first.message}"
+            self.report(self.name, line + (f"; row: {shown}" if shown else ""), first, row)
+        self.streak = self.streak + 1 if all_failed else 0
+        if self.max_failed and self.streak >= self.max_failed and first is not None:
+            raise RewardFailure(
+                f"reward {self.name!r} failed on every item for {self.streak} consecutive {what} ({first.kind}: "
+                f"{first.message}); fix the reward, or allow it with reward.max_failed_steps=0"
+            )
+
+
+def trl_reward(
+    name: str,
+    answer_column: str = "answer",
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    max_failed_calls: int = 3,
+) -> Callable:
     """A hadw reward as a TRL reward function `f(prompts, completions, **columns)`, named `name`.
 
     The gold answer is read from the dataset column `answer_column`; isolated rewards (math, math_any)
-    keep their verifier-pool timeout. For `HADWGRPOTrainer(reward_funcs=[trl_reward("math")])`.
+    keep their verifier-pool timeout, the others run in a thread under timeout_s. A failed item scores 0
+    and is counted by kind in `f.error_counts`; the first one is logged once (warning), and `max_failed_calls`
+    consecutive calls in which every item failed raise RewardFailure (0 = never).
+    For `HADWGRPOTrainer(reward_funcs=[trl_reward("math")])`.
     """
+    import logging
+
     fn = get_reward(name)
+    log = logging.getLogger("hadw.rewards")
+    watch = FailureWatch(name, max_failed_calls, lambda name, line, error, row: log.warning(line))
 
     def reward(prompts=None, completions=(), **columns) -> list[float]:
         if answer_column not in columns:
             raise ValueError(f"reward {name!r} reads the gold answer from the dataset column {answer_column!r}")
         answers = [str(a) for a in columns[answer_column]]
-        return run_reward(fn, [_text(c) for c in completions], answers, timeout_s).scores
+        texts = [_text(c) for c in completions]
+        result = run_reward(fn, texts, answers, timeout_s)
+        rows = [{"completion": t, "answer": a} for t, a in zip(texts, answers, strict=True)]
+        watch.see(result.kinds, result.first_error, result.all_failed, rows, "calls")
+        return result.scores
 
     reward.__name__ = reward.__qualname__ = name
+    reward.error_counts = watch.counts  # type: ignore[attr-defined]
     return reward

@@ -34,6 +34,7 @@ class Outcome:
     status: str
     value: float = 0.0
     message: str = ""
+    kind: str = ""  # status "error": how it failed (hadw.rewards.base.ERROR_KINDS)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -66,6 +67,8 @@ def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None)
     Messages out: "ready" after start-up / loading a function, an Outcome per item."""
     if parent_pid is not None:
         die_with_parent(parent_pid)
+    from hadw.rewards.base import ScoreError, check_score
+
     if warm_up:
         from hadw.rewards.verifiers import warm_up as _warm_up
 
@@ -88,9 +91,11 @@ def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None)
             conn.send("ready")
             continue
         try:
-            conn.send(Outcome("ok", float(fn(*payload))))
+            conn.send(Outcome("ok", check_score(fn(*payload))))
+        except ScoreError as e:
+            conn.send(Outcome("error", 0.0, str(e), e.kind))
         except Exception as e:
-            conn.send(Outcome("error", 0.0, f"{type(e).__name__}: {e}"[:500]))
+            conn.send(Outcome("error", 0.0, f"{type(e).__name__}: {e}"[:500], "raised"))
 
 
 class _Worker:
@@ -170,7 +175,8 @@ class VerifierPool:
                     if not worker.ready:
                         raise RuntimeError("a verifier worker died while starting; see its stderr") from None
                     worker.process.join(timeout=1.0)
-                    message = Outcome("error", 0.0, f"verifier worker died (exit code {worker.process.exitcode})")
+                    code = worker.process.exitcode
+                    message = Outcome("error", 0.0, f"verifier worker died (exit code {code})", "exit")
                     self._replace(worker)
                 if message == "ready":
                     worker.ready = True

@@ -183,19 +183,25 @@ def build_tiny_model(
     max_position_embeddings: int = 512,
     initializer_range: float = 0.02,
     seed: int = 0,
+    vocab_size: int | None = None,
 ) -> Path:
     """Build a random tiny causal LM + char tokenizer offline and `save_pretrained` both into out_dir.
 
     Defaults give a Qwen2 model of ~0.82 M parameters (vocabulary 260, tied embeddings).
     Weights depend only on `seed` (torch's global RNG is forked, so the caller's state is untouched).
     Returns out_dir; `load_model(out_dir)` reloads it like any checkpoint.
+    vocab_size: rows of the embedding and the head (None: the tokenizer's 260). A larger value gives a
+    real model's vocabulary-sized head and log-softmax (SmolLM2's 49 152) with the same tokenizer: ids past
+    the tokenizer's are never produced by it, but the model can sample them (they decode to nothing).
     """
     if arch not in _CONFIGS:
         raise ValueError(f"build_tiny_model: arch={arch!r}; allowed: {sorted(_CONFIGS)}")
     out = Path(out_dir)
     tokenizer = build_tiny_tokenizer()
+    if vocab_size is not None and vocab_size < len(tokenizer):
+        raise ValueError(f"build_tiny_model: vocab_size={vocab_size}; allowed: >= {len(tokenizer)} (the tokenizer's)")
     config = _CONFIGS[arch](
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,

@@ -9,15 +9,17 @@ left at None with the paper's Table 8 values; `hadw.enabled` switches HA-DW on.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, LossSpec
+from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE, HADWOptions, LossSpec
 from hadw.core.anchors import BASE_ANCHORS
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
@@ -87,7 +89,9 @@ class DataConfig:
     # Where benchmark files live; empty = $HADW_SHARED_DATA, then
     # ~/.cache/hadw/data (never the current directory).
     data_dir: str = ""
-    template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
+    # Prompt template name (see hadw.data.TEMPLATES) or a format string with {question}. auto = the source's
+    # default, the same one `hadw eval` / `hadw probe` use: plain for task: sources, paper for every dataset.
+    template: str = "auto"
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
@@ -102,13 +106,18 @@ class RewardConfig:
     # Weighted reward functions: registered names (math, math_any, exact, format; see hadw.rewards) or
     # import paths "my_pkg.rewards:accuracy" with TRL's signature f(prompts, completions, **columns).
     # The total reward drives the advantages.
-    functions: list[str] = field(default_factory=lambda: ["exact"])
+    # Empty = the source's default verifier, as `hadw eval` scores it: exact for task: sources, math else.
+    functions: list[str] = field(default_factory=list)
     weights: list[float] | None = None  # None = all 1.0
-    correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
+    # Which function is the 0/1 correctness signal HA-DW reads; empty = the first of `functions` (as TRL).
+    correctness: str = ""
     timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
     isolated: list[str] = field(default_factory=list)
+    # Stop the run (one line naming the reward and its error) when every item of a reward failed (raised,
+    # timed out, returned NaN / None / garbage) for this many consecutive steps; 0 = train on regardless.
+    max_failed_steps: int = 3
 
 
 @dataclass
@@ -123,7 +132,10 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
-    max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
+    max_batch_size: int | None = None  # split generation into chunks of at most this many rows
+    # Memory one generation chunk may use for its K/V cache and logits (hadw.rollout.memory); None = half the
+    # memory free when a rollout starts. Rows are split further when max_batch_size rows would not fit.
+    memory_budget_gb: float | None = None
     # How the prompt and the tokens after it run: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU,
     # where per-op overhead bounds speed; transformers' forward elsewhere) | fused | hf (transformers' forward).
     # Same samples either way up to float rounding (log-probs agree to ~1e-6); benchmarks/roofline.py.
@@ -153,6 +165,9 @@ class AlgorithmConfig:
     # L of aggregation=seq-mean-token-sum-norm (Dr. GRPO): a constant, so a response's weight does not
     # change with each batch's longest response; None = rollout.max_new_tokens (verl's loss_scale_factor).
     norm_length: int | None = None
+    # Every advantage (after HA-DW's Φ) times this: the step-size control for λ. 1 = unchanged. Under SGD a
+    # factor c is a c-times larger step; under AdamW with no KL / entropy term it cancels (Adam is scale-free).
+    advantage_scale: float = 1.0
 
     def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
         """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
@@ -190,6 +205,9 @@ class HADWConfig:
     kalman_eta_min: float = 0.2  # kalman: floor of the gain η_t, so the anchor tracks (0 = the paper as printed)
     ema_alpha: float = 0.2  # ema: weight of the newest batch accuracy
     fixed_value: float = 0.5  # fixed: the constant anchor (0.5 = the theory's pivot, where the bias changes sign)
+    # none (the paper: Φ = λ·exp(D·M)) | batch (Φ rescaled to mean 1 over the batch's informative responses:
+    # HA-DW as pure re-weighting, so neither λ nor the batch's mean Φ changes the step size)
+    normalize: str = "none"
 
     def anchor_options(self) -> dict[str, Any]:
         """The chosen anchor kind's options, from the fields above."""
@@ -212,14 +230,21 @@ class HADWConfig:
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""
-        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options())
+        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options(), normalize=self.normalize)
 
 
 @dataclass
 class OptimConfig:
+    # adamw (the paper's; scale-free, so a constant factor on every advantage cancels) | sgd (plain SGD, no
+    # momentum: the step is proportional to the gradient, so λ and advantage_scale act as learning rates).
+    # betas apply to adamw only; weight_decay to both (SGD's is coupled: added to the gradient).
+    name: str = "adamw"
     lr: float = 1e-4  # the tiny CPU setting; the paper (examples/math_grpo_hadw.yaml) uses 1e-6
     weight_decay: float = 0.0  # AdamW's decoupled weight decay (the paper: 0.1)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
+    # AdamW's ε in m̂/(√v̂ + ε) (torch's default). It is what breaks Adam's scale invariance: a gradient scaled by
+    # λ gives the same step up to ε, so a constant factor on the advantages only matters where √v̂ is near ε.
+    eps: float = 1e-8
     warmup_steps: int = 5  # optimiser steps of linear warm-up (the paper: 10)
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
@@ -319,39 +344,203 @@ def _unknown_key_error(key: str) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML file, then `key=value` overrides; validated. Raises ConfigError."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, interpolate: bool = False
+) -> Config:
+    """Defaults, then the YAML file, then `key=value` overrides; validated. Raises ConfigError.
+
+    interpolate: resolve OmegaConf interpolations (${train.seed}, ${oc.env:VAR}) in the file and the
+    overrides. Off by default: a `${...}` in a value is literal text (a template, a path), and the
+    environment never leaks into config.yaml or folder names unless asked for."""
     merged = OmegaConf.structured(Config)
     sources = []
     if path:
-        sources.append(_load_yaml(Path(path)))
-    batch: list[str] = []  # consecutive overrides merged in one step (later ones win, as on the command line)
+        sources.append((f"config file {path}", _load_yaml(Path(path), interpolate)))
     for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
-        try:
-            OmegaConf.from_dotlist([item])
-            batch.append(item)
-        except yaml.YAMLError:  # e.g. data.template={question} Answer: -- not YAML, so take it as a string
-            key, value = item.split("=", 1)
-            source = OmegaConf.create()
-            OmegaConf.update(source, key, value, force_add=True)
-            sources += [OmegaConf.from_dotlist(batch), source] if batch else [source]
-            batch = []
-        except Exception as err:
-            raise ConfigError(f"override {item!r}: {str(err).splitlines()[0]}") from None
-    if batch:
-        sources.append(OmegaConf.from_dotlist(batch))
-    for source in sources:
+        sources.append((f"override {item!r}", _override(item, interpolate)))
+    for where, source in sources:
         try:
             merged = OmegaConf.merge(merged, source)
         except ConfigKeyError as err:
             raise _unknown_key_error(str(err.full_key)) from None
-        except ValidationError as err:
-            raise ConfigError(f"invalid value for {err.full_key!r}: {err.msg.splitlines()[0]}") from None
-    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+        except (ValidationError, ConfigTypeError) as err:
+            key = err.full_key or "?"
+            message = (err.msg or str(err) or type(err).__name__).splitlines()[0]
+            if "is not a ListConfig" in message or "is not a DictConfig" in message or "is not a subclass" in message:
+                expected = _expected(key)
+                message = f"expected {expected}, got {_value_at(source, key)!r}"
+            raise ConfigError(f"{where}: invalid value for {key!r}: {message}") from None
+    try:
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except Exception as err:  # an interpolation that cannot resolve (only with interpolate=True)
+        raise ConfigError(f"cannot resolve the config: {' '.join(str(err).split())[:300]}") from None
+    cfg = resolve_recipe(cfg)
     validate(cfg)
     return cfg
+
+
+def resolve_recipe(cfg: Config) -> Config:
+    """cfg with its "auto" prompt recipe made explicit, once, so the run's config.yaml says what ran and
+    `hadw eval RUN_DIR` scores the same way: data.template, reward.functions and reward.correctness."""
+    from hadw.data import default_recipe
+
+    recipe = default_recipe(cfg.data.source)
+    data = replace(cfg.data, template=recipe.template) if cfg.data.template == "auto" else cfg.data
+    functions = list(cfg.reward.functions) or [recipe.reward]
+    correctness = cfg.reward.correctness or functions[0]
+    return replace(cfg, data=data, reward=replace(cfg.reward, functions=functions, correctness=correctness))
+
+
+# A real config holds a few hundred values; far more is a YAML alias bomb ("billion laughs").
+MAX_YAML_VALUES = 100_000
+MAX_CONFIG_BYTES = 1 << 20
+_DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: object, line: int, first: int):
+        super().__init__(f"duplicate key {key!r} (first at line {first})")
+        self.key, self.line, self.first = key, line, first
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (no Python tags: a !!python/object never runs) that refuses a key given twice in
+    one mapping, where YAML would silently keep the last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise _DuplicateKeyError(key, key_node.start_mark.line + 1, first)
+        return super().construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
+# YAML 1.2 floats (1e-6 without a dot), as OmegaConf's own loader reads them
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+               r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> Python data, safely: no Python tags, no duplicate keys, no alias bomb, no stack overflow.
+    Raises ConfigError naming `where` (a file, an override) and the line."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+    except _DuplicateKeyError as err:
+        raise ConfigError(f"{where}:{err.line}: duplicate key {err.key!r} (first at line {err.first}); give each "
+                          "key once (YAML would silently keep the last)") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to be a config") from None
+    _check_size(data, where)
+    return data
+
+
+def _check_size(data: Any, where: str) -> None:
+    """ConfigError when data expands to more than MAX_YAML_VALUES values (aliases count each time used)."""
+    stack, count = [data], 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where}: expands to more than {MAX_YAML_VALUES} values (repeated YAML aliases, an alias bomb); "
+                "write the values out"
+            )
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+
+
+def _literal(data: Any) -> Any:
+    """Every `${` in a string escaped for OmegaConf (`\\${`), so it stays literal text."""
+    if isinstance(data, str):
+        return data.replace("${", "\\${")
+    if isinstance(data, dict):
+        return {k: _literal(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_literal(v) for v in data]
+    return data
+
+
+def _override(item: str, interpolate: bool):
+    """One `key=value` override as an OmegaConf mapping. The value is YAML (numbers, lists, booleans); text
+    that is not YAML (`{question} Answer:`) is taken as a string, except an unclosed list."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
+    key, value = item.split("=", 1)
+    key = key.strip()
+    if not _DOTTED_KEY.fullmatch(key):
+        raise ConfigError(f"override {item!r}: {key!r} is not a dotted key like train.steps")
+    try:
+        parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else ""  # a SafeLoader
+        _check_size(parsed, f"override {item!r}")
+    except (yaml.YAMLError, RecursionError) as err:
+        if value.lstrip().startswith("["):
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise ConfigError(f"override {item!r}: not a valid YAML list ({problem}); write e.g. {key}=[1,2]") from None
+        parsed = value  # e.g. data.template={question} Answer:
+    if isinstance(parsed, float) and value.strip().lower() in (".nan", "nan"):
+        parsed = math.nan
+    source = OmegaConf.create()
+    try:
+        OmegaConf.update(source, key, parsed if interpolate else _literal(parsed), force_add=True)
+    except Exception as err:
+        problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"override {item!r}: {problem}") from None
+    _check_sections(OmegaConf.to_container(source, resolve=False), f"override {item!r}")
+    return source
+
+
+def _check_sections(data: Any, where: str, node: Any = Config, prefix: str = "") -> None:
+    """ConfigError when a section (train, data.fields, ...) is given a value instead of its keys."""
+    import typing
+
+    if not isinstance(data, dict) or not is_dataclass(node):
+        return
+    hints = typing.get_type_hints(node)
+    for key, value in data.items():
+        section = hints.get(key) if isinstance(key, str) else None
+        if section is None or not is_dataclass(section):
+            continue
+        if not isinstance(value, dict):
+            keys = ", ".join(f.name for f in fields(section))
+            raise ConfigError(
+                f"{where}: {prefix}{key} is a section ({keys}), not a value; set one of its keys, e.g. "
+                f"{prefix}{key}.{fields(section)[0].name}=..."
+            )
+        _check_sections(value, where, section, f"{prefix}{key}.")
+
+
+def _expected(key: str) -> str:
+    """What the Config field at dotted `key` holds, in words."""
+    import typing
+
+    node: Any = Config
+    for part in key.split("."):
+        hints = typing.get_type_hints(node) if is_dataclass(node) else {}
+        if part not in hints:
+            return "another type"
+        node = hints[part]
+    if is_dataclass(node):
+        return f"a section of keys ({', '.join(f.name for f in fields(node))})"
+    return f"a {getattr(node, '__name__', None) or node}"
+
+
+def _value_at(source, key: str) -> Any:
+    try:
+        return OmegaConf.to_container(OmegaConf.select(source, key, default=None), resolve=False)
+    except Exception:
+        return OmegaConf.select(source, key, default=None)
 
 
 def _yaml_error(path: str, err: yaml.YAMLError) -> str:
@@ -379,29 +568,34 @@ def _check_template(template: str) -> None:
         raise ConfigError(f"{what}: {type(err).__name__}: {err}; write literal braces as {{{{ }}}}") from None
 
 
-def _load_yaml(path: Path):
+def _load_yaml(path: Path, interpolate: bool = False):
     """The YAML file as an OmegaConf mapping; every way it can be wrong is a one-line ConfigError."""
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; pass a YAML file")
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        what = "not a regular file" if path.exists() else "not found"
+        raise ConfigError(f"config file {what}: {path}" + ("; pass a YAML file" if path.exists() else ""))
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is {path.stat().st_size} bytes; a config is at most {MAX_CONFIG_BYTES}")
     try:
-        text = path.read_bytes().decode("utf-8-sig")  # a UTF-8 BOM is accepted
+        raw = path.read_bytes()
+        text = raw.decode("utf-8-sig")  # a UTF-8 BOM is accepted
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = raw[: err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#x})") from None
     except OSError as err:
         raise ConfigError(f"config file {path}: {err.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text, str(path))
     except yaml.YAMLError as err:
         raise ConfigError(_yaml_error(str(path), err)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (model:, data:, ...), got a {type(data).__name__}")
+    _check_sections(data, str(path))
     try:
-        return OmegaConf.create(data)
+        return OmegaConf.create(data if interpolate else _literal(data))
     except Exception as err:  # e.g. non-string keys
         raise ConfigError(f"{path}: {str(err).splitlines()[0]}") from None
 
@@ -443,6 +637,9 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, ("k1", "k2", "k3"))
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
+    _choice("hadw.normalize", cfg.hadw.normalize, NORMALIZE)
+    _choice("optim.name", cfg.optim.name, ("adamw", "sgd"))
+    _range("algorithm.advantage_scale", a.advantage_scale, 1e-6, 1e6)
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
     _check_template(cfg.data.template)
     _check_data_fields(cfg.data)
@@ -452,6 +649,8 @@ def validate(cfg: Config) -> None:
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)
     _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)
+    if r.memory_budget_gb is not None:
+        _above("rollout.memory_budget_gb", r.memory_budget_gb, 0.0)
     _range("hadw.lam", cfg.hadw.lam, 1e-6, 100.0)
     _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
     _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
@@ -459,6 +658,7 @@ def validate(cfg: Config) -> None:
     _above("optim.lr", cfg.optim.lr, 0.0)
     _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
     _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
+    _range("optim.eps", cfg.optim.eps, 0.0, 1.0)
     _range("optim.weight_decay", cfg.optim.weight_decay, 0.0, 1e9)
     _range("optim.warmup_steps", cfg.optim.warmup_steps, 0, 1 << 30)
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
@@ -494,6 +694,7 @@ def validate(cfg: Config) -> None:
     if cfg.data.limit is not None:
         _range("data.limit", cfg.data.limit, 1, 1 << 40)
     _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
+    _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")
@@ -569,4 +770,18 @@ def _check_reward(key: str, name: str, isolated: bool) -> None:
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(_serialisable(cfg)))
+    """The run's config.yaml: every setting that applies to this run (tiny-model keys are left out of a run
+    from a model.path, data.levels out of a run on a dataset: they would do nothing there)."""
+    tree = OmegaConf.to_container(OmegaConf.structured(_serialisable(cfg)))
+    for key in inert_keys(cfg):
+        section, name = key.split(".")
+        tree[section].pop(name, None)
+    return OmegaConf.to_yaml(tree)
+
+
+def inert_keys(cfg: Config) -> list[str]:
+    """Settings that cannot affect this run (tiny-model settings with a model.path; levels without a task)."""
+    keys = ["model.tiny"] if cfg.model.path else []
+    if not any(s.startswith("task:") for s in (cfg.data.source, cfg.data.eval_source)):
+        keys.append("data.levels")
+    return keys

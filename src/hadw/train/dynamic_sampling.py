@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from hadw import metrics as M
 from hadw.core import GroupIndex
 from hadw.data import Problem
-from hadw.rewards import RewardResult
+from hadw.rewards import ItemError, RewardResult
 from hadw.rollout import RolloutBatch
 
 
@@ -113,6 +113,9 @@ def concat_rollouts(rollouts: list[Rollout], pad_id: int) -> Rollout:
         num_timeouts=sum(r.rewards.num_timeouts for r in rollouts),
         num_errors=sum(r.rewards.num_errors for r in rollouts),
         messages=[m for r in rollouts for m in r.rewards.messages],
+        errors=_sum_counts([r.rewards.errors for r in rollouts]),
+        first_errors=_first_errors(rollouts),
+        failed_all=[n for n in rollouts[0].rewards.failed_all if all(n in r.rewards.failed_all for r in rollouts)],
     )
     return Rollout(
         batch,
@@ -122,3 +125,24 @@ def concat_rollouts(rollouts: list[Rollout], pad_id: int) -> Rollout:
         sum(r.generate_s for r in rollouts),
         sum(r.reward_s for r in rollouts),
     )
+
+
+def _sum_counts(counts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """{reward: {kind: n}} summed over refill rounds."""
+    out: dict[str, dict[str, int]] = {}
+    for per_reward in counts:
+        for name, kinds in per_reward.items():
+            for kind, n in kinds.items():
+                out.setdefault(name, {})[kind] = out.setdefault(name, {}).get(kind, 0) + n
+    return out
+
+
+def _first_errors(rollouts: list[Rollout]) -> dict[str, ItemError]:
+    """Each reward's first failed item over the rounds, its row counted in the joined batch."""
+    out: dict[str, ItemError] = {}
+    offset = 0
+    for r in rollouts:
+        for name, e in r.rewards.first_errors.items():
+            out.setdefault(name, dataclasses.replace(e, row=e.row + offset))
+        offset += len(r.batch)
+    return out

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from hadw.metrics import FINAL_EVAL_FILE, METRICS_FILE, SAMPLES_FILE, MetricsFileError, dumps, read_jsonl
+from hadw.safe_files import atomic_write_text, open_append
 
 __all__ = ["METRICS_FILE", "SAMPLES_FILE", "MetricsFileError", "MetricsLogger", "read_jsonl"]
 WANDB_ID_FILE = "wandb_id"  # the W&B run id, so that --resume continues the same W&B run
@@ -26,16 +26,11 @@ class MetricsLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:  # drop what the interrupted run logged after its checkpoint
             for name in (METRICS_FILE, SAMPLES_FILE):
-                kept = [r for r in read_jsonl(run_dir / name) if r.get("step", 0) <= resume_step]
-                tmp = run_dir / f".{name}.tmp"
-                with tmp.open("w", encoding="utf-8") as f:
-                    f.write("".join(dumps(r) + "\n" for r in kept))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, run_dir / name)
+                kept = [r for r in read_jsonl(run_dir / name) if _step(r) <= resume_step]
+                atomic_write_text(run_dir / name, "".join(dumps(r) + "\n" for r in kept))
             (run_dir / FINAL_EVAL_FILE).unlink(missing_ok=True)  # written again when the run finishes
-        self._metrics = (run_dir / METRICS_FILE).open("a", encoding="utf-8")
-        self._samples = (run_dir / SAMPLES_FILE).open("a", encoding="utf-8")
+        self._metrics = open_append(run_dir / METRICS_FILE)  # never through a planted link
+        self._samples = open_append(run_dir / SAMPLES_FILE)
         self._tb = self._wandb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -46,7 +41,7 @@ class MetricsLogger:
 
             id_file = run_dir / WANDB_ID_FILE
             run_id = id_file.read_text().strip() if id_file.is_file() else wandb_module.util.generate_id()
-            id_file.write_text(run_id + "\n")
+            atomic_write_text(id_file, run_id + "\n")
             self._wandb = wandb_module.init(
                 project=wandb_project, dir=str(run_dir), config=config or {}, id=run_id, resume="allow"
             )
@@ -68,9 +63,7 @@ class MetricsLogger:
 
     def log_final_eval(self, summary: dict[str, dict[str, float]]) -> None:
         """The final evaluation, {bucket: {metric: value}}, to final_eval.json (atomically) and the trackers."""
-        path, tmp = self.run_dir / FINAL_EVAL_FILE, self.run_dir / f".{FINAL_EVAL_FILE}.tmp"
-        tmp.write_text(dumps(summary, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(self.run_dir / FINAL_EVAL_FILE, dumps(summary, indent=1) + "\n")
         flat = {f"final/{bucket}/{name}": v for bucket, row in summary.items() for name, v in row.items()}
         if self._tb is not None:
             for key, value in flat.items():
@@ -85,3 +78,9 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _step(row: dict) -> float:
+    """A row's step; a hand-edited row without a numeric one sorts after every step (dropped on resume)."""
+    step = row.get("step", 0)
+    return step if isinstance(step, int | float) and not isinstance(step, bool) else float("inf")

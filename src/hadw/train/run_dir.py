@@ -16,11 +16,15 @@ import shutil
 from pathlib import Path
 
 from hadw.errors import UserError
+from hadw.safe_files import open_nofollow, refuse_link
 
 LOCK_FILE = ".lock"
 # What a run writes; only these are moved aside by --overwrite (anything else in the folder is the user's).
-RUN_ENTRIES = ("metrics.jsonl", "samples.jsonl", "config.yaml", "latest", "final_model", "init_model", "tensorboard")
+RUN_ENTRIES = ("metrics.jsonl", "samples.jsonl", "config.yaml", "latest", "final_model", "init_model", "tensorboard",
+               "reward_errors.jsonl")
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
+# Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
+WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, "final_eval.json", "wandb_id", "warm_start_model")
 
 
 class RunDirError(UserError):
@@ -34,7 +38,8 @@ class RunLock:
         import fcntl
 
         self.path = run_dir / LOCK_FILE
-        self._file = self.path.open("a+", encoding="utf-8")
+        # O_NOFOLLOW: a link planted at .lock is refused, never opened (its target would be truncated)
+        self._file = os.fdopen(open_nofollow(self.path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -99,6 +104,12 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple
         raise RunDirError(f"train.output_dir={run_dir}: cannot create it: {err.strerror}") from None
     if not os.access(run_dir, os.W_OK):
         raise RunDirError(f"train.output_dir={run_dir}: permission denied (not writable)")
+    for name in WRITTEN_NAMES:
+        refuse_link(run_dir / name)
+    for pattern in RUN_PATTERNS:
+        for path in run_dir.glob(pattern):
+            if path.name.startswith("checkpoint-"):
+                refuse_link(path)
     lock = RunLock(run_dir)
     aside = None
     if not resume and holds_run(run_dir):
@@ -125,8 +136,10 @@ RESUME_FREE_KEYS = (
     "data.data_dir",
     "model.device",
     "rollout.max_batch_size",
+    "rollout.memory_budget_gb",
     "rollout.decoder",
     "reward.timeout_s",
+    "reward.max_failed_steps",
 )
 RESUME_FREE_SECTIONS = ("logging.", "checkpoint.")
 
@@ -156,3 +169,21 @@ def config_differences(saved: dict, new: dict) -> list[str]:
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             diffs.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
     return diffs
+
+
+def saved_config(run_dir: Path) -> dict:
+    """The config.yaml a run wrote in run_dir, as a mapping ({} when there is none); a file that is not
+    the YAML mapping a run writes is a RunDirError."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file() or path.is_symlink():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_bytes()[: 1 << 20].decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
+        problem = f"not the YAML a run writes ({type(err).__name__})"
+        raise RunDirError(f"{path}: {problem}; restore it or remove it") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: holds a {type(data).__name__}, not the mapping a run writes; restore or remove it")
+    return data

@@ -3,7 +3,7 @@
 One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
-    mini-batches with AdamW → metrics, samples, checkpoint.
+    mini-batches with AdamW (optim.name=sgd: plain SGD) → metrics, samples, checkpoint.
 """
 
 from __future__ import annotations
@@ -26,23 +26,37 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss, scale_advantages
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
-from hadw.data import Problem, render_prompt
+from hadw.data import Problem, extract_answer, render_prompt
 from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
+from hadw.rewards.loader import FailureWatch
+from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id, model_device
-from hadw.train.checkpoint import fsync_path, latest_checkpoint, load_checkpoint, replace_dir, save_checkpoint
-from hadw.train.config import Config, ConfigError, config_to_yaml
+from hadw.safe_files import atomic_write_text, open_append
+from hadw.train.checkpoint import (
+    CheckpointError,
+    fsync_path,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state_json,
+    replace_dir,
+    resume_checkpoint,
+    save_checkpoint,
+)
+from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
-from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run
+from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
+
+REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (kind, message, row)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -123,8 +137,41 @@ def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
 
+def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
+    """optim.name's optimiser over the model's parameters: AdamW (the default, as before) or plain SGD."""
+    o = cfg.optim
+    fused = device.type in ("cpu", "cuda")  # one kernel, no per-step copies of every weight (as TRL)
+    if o.name == "sgd":  # no momentum: the step is lr × gradient, so a factor on the advantages is a factor on it
+        return torch.optim.SGD(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+    betas = tuple(o.betas)
+    return torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused
+    )
+
+
 def warmup_lambda(warmup_steps: int):
     return lambda n: min(1.0, (n + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+def measured_no_signal_causes(metrics: dict[str, float], texts: list[str], cfg: Config) -> list[str]:
+    """What this batch shows about why every group is degenerate: reward failures, every answer right,
+    truncation, or no answer the verifier can read. Empty when none of these was measured."""
+    causes = []
+    failed = metrics.get(M.REWARD_ERRORS, 0.0) + metrics.get(M.REWARD_TIMEOUTS, 0.0)
+    if failed:
+        causes.append(f"the reward failed on {failed:.0f} of {len(texts)} responses (errors and timeouts score 0)")
+    if texts and metrics.get(M.SCORE_MEAN, 0.0) >= 1.0:
+        causes.append("every response was correct: the prompts are too easy for this model")
+    clipped = metrics.get(M.RESPONSE_CLIP_RATIO, 0.0)
+    if clipped >= 0.5:
+        causes.append(f"{clipped:.0%} of responses were cut off at rollout.max_new_tokens={cfg.rollout.max_new_tokens}")
+    readable = {  # what the built-in verifiers read: a \boxed{} or "#### N" answer; exact also a bare integer
+        "math": lambda t: extract_answer(t) is not None,
+        "exact": lambda t: extract_answer(t) is not None or canonical_int(t) is not None,
+    }.get(cfg.reward.correctness)
+    if texts and readable is not None and not any(map(readable, texts)):
+        causes.append(f"no response had an answer reward {cfg.reward.correctness!r} can read")
+    return causes
 
 
 class Trainer:
@@ -140,7 +187,7 @@ class Trainer:
         """resume: continue from run_dir's latest checkpoint. overwrite: move a run already in run_dir
         aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
         difference raises RunDirError listing them)."""
-        self.cfg = cfg
+        self.cfg = cfg = resolve_recipe(cfg)  # a Config built in Python may still say "auto"
         self.run_dir = Path(cfg.train.output_dir)
         # Lock and check the folder before anything is written to it (init_model, logs).
         self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
@@ -171,7 +218,11 @@ class Trainer:
         self.device = model_device(model)
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         self.engine = HFRolloutEngine(
-            model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
+            model,
+            tokenizer,
+            max_batch_size=cfg.rollout.max_batch_size,
+            decoder=cfg.rollout.decoder,
+            memory_budget_gb=cfg.rollout.memory_budget_gb,
         )
         # Sampled log-probs equal a teacher-forced re-scoring to ~1e-6 in float32 (tests/test_rollout.py);
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
@@ -187,18 +238,21 @@ class Trainer:
                 cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions), strict=True
             )
         ]
+        # Each reward's errors made visible: first one shown once and saved, counted, a broken reward stops
+        self._reward_watch = {
+            name: FailureWatch(name, cfg.reward.max_failed_steps, self._report_reward_error)
+            for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
+        }
+        self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=cfg.optim.lr,
-            betas=tuple(cfg.optim.betas),
-            weight_decay=cfg.optim.weight_decay,
-            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
-        )
+        self.optimizer = make_optimizer(model, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
+        # is refused (CheckpointError), so a resume never starts over beside checkpoints it cannot read.
+        warn = lambda message: print(message, file=sys.stderr)
+        checkpoint = resume_checkpoint(self.run_dir, warn) if resume else None
         restart = False
         if resume and checkpoint is None:
             if not holds_run(self.run_dir):
@@ -206,7 +260,8 @@ class Trainer:
                     f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
                     "run without --resume to start it"
                 )
-            restart = True  # stopped before its first checkpoint: start again from step 0
+            restart = True  # stopped before its first checkpoint (no checkpoint folder at all): from step 0
+            self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
             print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
             self._resume_from(checkpoint, accept_changes)
@@ -219,20 +274,13 @@ class Trainer:
             cfg.to_dict(),
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
-        (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
 
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
         then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        import json
-
-        saved = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")).get("config", {})
-        diffs = config_differences(saved, self.cfg.to_dict())
-        if diffs and not accept_changes:
-            raise RunDirError(
-                f"--resume: the settings differ from the saved run in {checkpoint} ({'; '.join(diffs)}); "
-                "pass the saved values, or --accept-changes to apply the new ones"
-            )
+        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
+        diffs = self._check_settings(saved, checkpoint, accept_changes)
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
@@ -243,7 +291,12 @@ class Trainer:
                 stacklevel=2,
             )
         else:
-            self.anchor = anchor_from_state(state["anchor"])
+            try:
+                self.anchor = anchor_from_state(state["anchor"])
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+                raise CheckpointError(
+                    f"{checkpoint / 'state.json'}: field 'anchor' cannot be loaded ({type(err).__name__}: {err})"
+                ) from None
         if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
             o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
             lr = o.lr * schedule(self.scheduler.last_epoch)
@@ -253,16 +306,23 @@ class Trainer:
             self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
             print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
 
+    def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
+        """The settings that differ from the saved run's (config_differences); refused unless accepted."""
+        diffs = config_differences(saved, self.cfg.to_dict())
+        if diffs and not accept_changes:
+            raise RunDirError(
+                f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
+                "pass the saved values, or --accept-changes to apply the new ones"
+            )
+        return diffs
+
     def _clean_leftovers(self) -> None:
-        """Drop half-written checkpoint folders and checkpoints newer than the one resumed from (written by
-        a run killed before it could point `latest` at them; the resumed run rewrites them)."""
-        for tmp in self.run_dir.glob(".tmp-checkpoint-*"):
+        """Drop half-written checkpoint and final-model folders (temporary names only). Checkpoints are never
+        deleted here: one newer than the resumed step is replaced when the run reaches that step again."""
+        for tmp in [*self.run_dir.glob(".tmp-checkpoint-*"), *self.run_dir.glob(".final_model.tmp*")]:
+            if tmp.is_symlink():
+                tmp.unlink()
             shutil.rmtree(tmp, ignore_errors=True)
-        for tmp in self.run_dir.glob(".final_model.tmp*"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        for path in self.run_dir.glob("checkpoint-*"):
-            if path.name > f"checkpoint-{self.start_step:06d}":
-                shutil.rmtree(path, ignore_errors=True)
 
     def _skip_long_prompts(self) -> None:
         """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
@@ -443,12 +503,13 @@ class Trainer:
             self.hadw.lam,
             enabled=self.hadw.enabled,
             keys=anchor_keys(self.anchor, rollout.problems),
+            normalize=self.hadw.normalize,
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
-        final = hadw.advantages
+        final = scale_advantages(hadw.advantages, a.advantage_scale)
         metrics |= {M.ADV_MEAN: float(final.mean()), M.ADV_MAX: float(final.max()), M.ADV_MIN: float(final.min())}
-        return hadw.advantages, metrics
+        return final, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         """PPO-style epochs over group-aligned mini-batches of the rollout batch; returns averaged metrics.
@@ -557,8 +618,29 @@ class Trainer:
         values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
+    def _report_reward_error(self, name: str, line: str, error, row: dict) -> None:
+        """A reward's first error: one line on stderr, and a record in <run>/reward_errors.jsonl."""
+        print(f"warning: {line} (later errors are counted in reward/errors, reward/timeouts)", file=sys.stderr)
+        record = {"step": self._step + 1, "reward": name, "kind": error.kind, "message": error.message, "row": row}
+        with open_append(self.run_dir / REWARD_ERRORS_FILE) as f:
+            f.write(M.dumps(record) + "\n")
+
+    def _watch_rewards(self, rollout: Rollout) -> None:
+        """Count the step's failed reward items, report each reward's first one, and stop the run
+        (RewardFailure) when a reward failed on every item for reward.max_failed_steps steps in a row."""
+        r = rollout.rewards
+        self._reward_failures += r.num_errors + r.num_timeouts
+        rows = [
+            {"prompt": p.question, "answer": p.answer, "completion": c}
+            for p, c in zip(rollout.problems, rollout.batch.response_texts, strict=True)
+        ]
+        for name, watch in self._reward_watch.items():
+            watch.see(r.errors.get(name, {}), r.first_errors.get(name), name in r.failed_all, rows)
+
     def train_step(self, step: int) -> dict[str, float]:
+        self._step = step
         rollout, refills = self.collect(step)
+        self._watch_rewards(rollout)
         every = self.cfg.logging.sample_every
         if every and step % every == 0:
             self.logger.log_samples(step + 1, rollout.samples(self.cfg.logging.num_samples))
@@ -579,27 +661,31 @@ class Trainer:
         metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
         metrics[M.SKIPPED_PROMPTS] = getattr(self.source, "num_skipped", 0)  # rows over data.max_prompt_tokens
-        self._warn_if_no_signal(step, metrics[M.DEGENERATE_FRAC])
+        self._warn_if_no_signal(step, metrics, rollout.batch.response_texts)
         return metrics
 
     NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
 
-    def _warn_if_no_signal(self, step: int, degenerate_frac: float) -> None:
-        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all)."""
-        self._no_signal_streak = self._no_signal_streak + 1 if degenerate_frac >= 1.0 else 0
+    def _warn_if_no_signal(self, step: int, metrics: dict[str, float], texts: list[str]) -> None:
+        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all),
+        naming the cause the trainer measured on this batch when it knows one."""
+        self._no_signal_streak = self._no_signal_streak + 1 if metrics[M.DEGENERATE_FRAC] >= 1.0 else 0
         if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
             return
         self._warned_no_signal = True
         cfg = self.cfg
-        model = cfg.model.path or self.run_dir / "init_model"
-        message = (
-            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
-            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+        causes = measured_no_signal_causes(metrics, texts, cfg)
+        likely = "Measured on the last batch: " + "; ".join(causes) if causes else (
             "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
             "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
             f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
-            f"(reward.functions={list(cfg.reward.functions)}). Look at the completions: hadw eval {model} "
-            f"--data {cfg.data.source} --max-new-tokens {cfg.rollout.max_new_tokens} --samples samples.jsonl"
+            f"(reward.functions={list(cfg.reward.functions)})"
+        )
+        message = (
+            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
+            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+            f"{likely}. Look at the completions (the run's own data, template and reward): "
+            f"hadw eval {self.run_dir} --limit 20 --samples samples.jsonl"
         )
         self.no_signal_warning = message
         print(message, file=sys.stderr, flush=True)
@@ -657,6 +743,8 @@ class Trainer:
                     metrics |= M.flatten_eval(self.evaluate())
                 self.logger.log(done, metrics)
                 info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
+                if self._reward_failures:  # failed reward items so far (details: reward_errors.jsonl)
+                    info["err"] = str(self._reward_failures)
                 bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit

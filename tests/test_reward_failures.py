@@ -1,0 +1,173 @@
+"""Issue 23, item 2: every reward is bounded and visible, import-path (in-process) rewards included. A hang,
+NaN / inf / None / a non-number / a wrong length / an out-of-range correctness score, sys.exit and os._exit
+each score 0 and are counted by kind; each reward's first error is shown once and saved in the run folder;
+a reward that fails on every item for reward.max_failed_steps steps stops the run in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import pytest
+
+from hadw.rewards import RewardSpec, resolve_reward, score, trl_reward
+from hadw.rewards.loader import RewardFailure
+
+HERE = __name__
+
+
+def sleeps(prompts, completions, **kwargs):
+    time.sleep(3)  # longer than every timeout below; short enough that abandoned threads end soon
+    return [1.0] * len(completions)
+
+
+def nans(prompts, completions, **kwargs):
+    return [math.nan] * len(completions)
+
+
+def infs(prompts, completions, **kwargs):
+    return [math.inf, 1.0][: len(completions)] + [1.0] * max(len(completions) - 2, 0)
+
+
+def nones(prompts, completions, **kwargs):
+    return [None] * len(completions)
+
+
+def strings(prompts, completions, **kwargs):
+    return ["high"] * len(completions)
+
+
+def short(prompts, completions, **kwargs):
+    return [1.0]
+
+
+def halves(prompts, completions, **kwargs):
+    return [0.5] * len(completions)
+
+
+def exits(prompts, completions, **kwargs):
+    sys.exit(3)
+
+
+def hard_exits(prompts, completions, **kwargs):
+    os._exit(3)
+
+
+def some_rows_raise(prompts, completions, **kwargs):
+    if any(c == "bad" for c in completions):
+        raise ValueError("cannot read 'bad'")
+    return [1.0] * len(completions)
+
+
+KINDS = [
+    ("sleeps", "timeout"),
+    ("nans", "nan/inf"),
+    ("nones", "None"),
+    ("strings", "not a number"),
+    ("short", "wrong length"),
+    ("exits", "exit"),
+    ("hard_exits", "exit"),
+]
+
+
+@pytest.mark.parametrize(("fn", "kind"), KINDS, ids=[k[0] for k in KINDS])
+def test_an_import_path_reward_that_fails_is_scored_zero_and_counted_by_kind(fn, kind):
+    reward = resolve_reward(f"{HERE}:{fn}")
+    start = time.monotonic()
+    out = reward.run(["a", "b"], ["1", "1"], timeout_s=0.2)
+    assert time.monotonic() - start < 2.5  # bounded: never the 3 s sleep, never the end of the process
+    assert out.scores == [0.0, 0.0] and out.kinds == {kind: 2} and out.all_failed
+    assert out.first_error.row == 0 and out.first_error.kind == kind
+
+
+def test_only_the_bad_items_fail():
+    inf = resolve_reward(f"{HERE}:infs").run(["a", "b", "c"], ["1"] * 3)
+    assert inf.scores == [0.0, 1.0, 1.0] and inf.kinds == {"nan/inf": 1} and not inf.all_failed
+    mixed = resolve_reward(f"{HERE}:some_rows_raise").run(["ok", "bad", "ok"], ["1"] * 3)
+    assert mixed.scores == [1.0, 0.0, 1.0] and mixed.kinds == {"raised": 1} and mixed.first_error.row == 1
+    assert "cannot read 'bad'" in mixed.first_error.message
+
+
+def test_an_out_of_range_correctness_is_counted_not_a_traceback():
+    name = f"{HERE}:halves"
+    result = score(["a", "b"], ["1", "1"], [RewardSpec(name)], name, 1.0)
+    assert result.correctness.tolist() == [0.0, 0.0] and result.errors == {name: {"out of range": 2}}
+    assert result.failed_all == [name]
+
+
+def test_the_trl_adapter_reward_counts_reports_once_and_stops(monkeypatch, caplog):
+    from hadw.rewards import RewardFunction, register_reward
+
+    register_reward(RewardFunction("test_nan_item", lambda c, a: math.nan), replace=True)
+    fn = trl_reward("test_nan_item", max_failed_calls=2)
+    with caplog.at_level("WARNING", logger="hadw.rewards"):
+        assert fn(completions=["a", "b"], answer=["1", "1"]) == [0.0, 0.0]
+        with pytest.raises(RewardFailure, match="'test_nan_item' failed on every item for 2 consecutive calls"):
+            fn(completions=["a"], answer=["1"])
+    assert fn.error_counts == {"nan/inf": 3}
+    assert sum("first error (nan/inf)" in r.message for r in caplog.records) == 1
+
+
+# ---------------------------------------------------------------------------------------- through the trainer
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from hadw.rollout import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=2, num_heads=2,
+                            num_kv_heads=1, intermediate_size=64, seed=0)
+
+
+def _train(tiny_path, run, *extra):
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    args = ["train", f"model.path={tiny_path}", f"train.output_dir={run}", "train.steps=4", "train.prompts_per_step=2",
+            "train.mini_batch_prompts=1", "rollout.group_size=2", "rollout.max_new_tokens=2", "data.eval_size=0",
+            "logging.progress=false", "train.num_threads=1", "data.chat_template=never", "reward.timeout_s=0.2", *extra]
+    return CliRunner().invoke(build_app(), args)
+
+
+@pytest.mark.parametrize("fn", ["nans", "exits", "hard_exits", "sleeps"])
+def test_a_broken_reward_stops_the_run_in_one_line_naming_it_and_saves_its_first_error(tiny_path, tmp_path, fn):
+    name = f"{HERE}:{fn}"
+    result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{name}]", "reward.max_failed_steps=2")
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: reward '{name}' failed on every item for 2 consecutive steps"), lines
+    assert "reward.max_failed_steps=0" in lines[-1]
+    assert sum("first error" in line for line in lines) == 1  # shown once
+    saved = [json.loads(line) for line in (tmp_path / "run" / "reward_errors.jsonl").read_text().splitlines()]
+    assert [r["reward"] for r in saved] == [name] and {"prompt", "answer", "completion"} <= set(saved[0]["row"])
+
+
+def test_max_failed_steps_zero_trains_on_and_counts(tiny_path, tmp_path):
+    name = f"{HERE}:nones"
+    result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{name}]", "reward.max_failed_steps=0")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reward/errors"] for r in rows] == [4.0] * 4
+
+
+def test_the_progress_line_shows_the_error_count(tiny_path, tmp_path, monkeypatch):
+    from hadw.train import trainer as trainer_module
+
+    seen: list[dict] = []
+
+    class Bar:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def update(self, n, **info):
+            seen.append(info)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(trainer_module, "Bar", Bar)
+    result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{HERE}:infs]", "train.steps=2")
+    assert result.exit_code == 0, result.output
+    assert [info.get("err") for info in seen] == ["1", "2"]  # one inf per step
