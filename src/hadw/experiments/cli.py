@@ -75,6 +75,31 @@ def compare_cmd(
                      "is labelled exploratory. Default: all/<the first avg@K of --metric>, else all/<first metric>."),
     ] = None,
     json_path: Annotated[str | None, JsonOption] = None,
+    # Where the runs execute (hadw.experiments.launchers); --out must be on storage every node sees.
+    launcher: Annotated[
+        str, typer.Option("--launcher", help="local (processes here) | ray (a Ray task per run) | slurm (a job array).")
+    ] = "local",
+    cpus_per_run: Annotated[float, typer.Option("--cpus-per-run", help="ray/slurm: CPUs requested per run.")] = 1,
+    gpus_per_run: Annotated[float, typer.Option("--gpus-per-run", help="ray/slurm: GPUs requested per run.")] = 0,
+    ray_address: Annotated[
+        str,
+        typer.Option(
+            "--ray-address",
+            help="ray: local (start one here with --jobs × --cpus-per-run CPUs) | auto (join this machine's "
+            "cluster) | ray://HOST:10001 | HOST:6379.",
+        ),
+    ] = "local",
+    partition: Annotated[str | None, typer.Option("--partition", help="slurm: partition (default: the site's).")] = (
+        None
+    ),
+    time_min: Annotated[int, typer.Option("--time-min", help="slurm: time limit per run, in minutes.")] = 60,
+    account: Annotated[str | None, typer.Option("--account", help="slurm: account to charge.")] = None,
+    sbatch: Annotated[
+        list[str], typer.Option("--sbatch", help="slurm: another sbatch option KEY=VALUE, e.g. qos=high (repeat).")
+    ] = [],
+    poll: Annotated[
+        float, typer.Option("--poll", help="ray/slurm: seconds between checks of the runs (progress line).")
+    ] = 5.0,
 ) -> None:
     """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
     from hadw.experiments import compare as cmp
@@ -84,6 +109,13 @@ def compare_cmd(
         raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
     if not 0 < confidence < 1:
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
+    if launcher not in ("local", "ray", "slurm"):
+        raise typer.BadParameter(f"{launcher!r}; allowed: local, ray, slurm", param_hint="'--launcher'")
+    launch_options = None
+    if launcher != "local" and not collect_only:
+        launch_options = _launch_options(
+            launcher, jobs, cpus_per_run, gpus_per_run, ray_address, partition, time_min, account, sbatch, poll
+        )
     seed_list = parse_ints(seeds or "0-4", "--seeds")
     if arm and not collect_only:
         try:
@@ -94,9 +126,14 @@ def compare_cmd(
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
         cmp.write_manifest(out, arms, seed_list, config, override)
-        bar = _bar(len(specs), f"runs ({jobs} at a time)")
-        statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
-        bar.close()
+        if launcher == "local":
+            bar = _bar(len(specs), f"runs ({jobs} at a time)")
+            statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+            bar.close()
+        else:
+            from hadw.experiments.launchers import launch
+
+            statuses = launch(specs, launcher, launch_options, out)
         failed = [r for r in statuses if r["status"] == "failed"]
         for r in failed:
             typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
@@ -112,6 +149,11 @@ def compare_cmd(
             names = [cmp.parse_arm(a if ":" in a else a + ":").name for a in arm]
         seed_list = seed_list if seeds else found_seeds
         failed = []
+        unfinished = [
+            f"{a} seed {s}" for a in names for s in seed_list if not cmp.is_finished(cmp.run_dir_for(out, a, s))
+        ]
+        if unfinished:
+            typer.echo(f"missing (not finished, left out): {', '.join(unfinished)}", err=True)
     runs = cmp.collect_runs(out, names, seed_list)
     for r in failed:  # e.g. a run dir made with another config: never report it as this one
         runs[r["arm"]].pop(r["seed"], None)
@@ -154,6 +196,25 @@ def compare_cmd(
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:
         raise typer.Exit(1)
+
+
+def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min, account, sbatch, poll):
+    """RayOptions / SlurmOptions from the flags, checked before anything is written: one line, exit 2."""
+    from hadw.experiments import launchers as L
+
+    if cpus <= 0 or gpus < 0 or poll <= 0:
+        raise typer.BadParameter(
+            f"--cpus-per-run {cpus} and --poll {poll} must be > 0, --gpus-per-run {gpus} >= 0",
+            param_hint="'--launcher'",
+        )
+    if launcher == "ray":
+        # A local instance gets --jobs × --cpus-per-run CPUs: --jobs keeps meaning "runs at once on this machine".
+        return L.RayOptions(ray_address, cpus, gpus, local_cpus=max(1, round(jobs * cpus)), poll_s=poll)
+    if cpus != int(cpus) or gpus != int(gpus):
+        raise typer.BadParameter(
+            f"slurm takes whole CPUs and GPUs per run; got {cpus}, {gpus}", param_hint="'--launcher'"
+        )
+    return L.SlurmOptions(partition, time_min, int(cpus), int(gpus), account, tuple(sbatch), poll_s=poll)
 
 
 def demo(

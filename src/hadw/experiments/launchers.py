@@ -1,0 +1,409 @@
+"""Where the runs of a `hadw compare` sweep execute: here, as Ray tasks, or as one Slurm job array.
+
+    results = launch(specs, "ray", RayOptions(address="auto", gpus_per_run=1))
+    results = launch(specs, "slurm", SlurmOptions(partition="gpu", time_min=240), out_dir="runs/cmp")
+
+A launcher changes nothing but *where* a run executes. Every run is `execute_run(spec)` (hadw.experiments.
+compare): its result is a function of its config and seed, so one sweep gives bit-identical metrics under
+every launcher, and a re-run of the same command reuses finished runs, resumes interrupted ones from their
+last checkpoint and starts failed ones again, whichever launcher ran them before. hadw schedules nothing
+itself: Ray and Slurm (through submitit) place the runs; this module only submits them, waits, and prints
+one progress line across runs (done / running / failed / queued) when it changes.
+
+Every node must see --out (the run folders), the config file, the model and the data at the same paths:
+a run is told only its config, its run folder and the submitting shell's working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hadw.errors import UserError
+from hadw.experiments.compare import RunSpec, execute_run, is_finished
+
+LAUNCHERS = ("local", "ray", "slurm")
+LAUNCHER_LOG = "launcher.log"  # per run folder: one line per attempt (where, when, how it ended)
+SLURM_FOLDER = ".slurm"  # under --out: submitit's pickles and the job logs (<array>_<task>_0_log.out/.err)
+
+
+class LauncherError(UserError):
+    """A launcher cannot be used as asked (missing package, no cluster, a bad option)."""
+
+
+@dataclass
+class RayOptions:
+    # "local" starts a Ray instance on this machine for the sweep and stops it after; "auto" joins the
+    # cluster this machine belongs to (`ray start` / RAY_ADDRESS); "ray://head:10001" connects a Ray client.
+    # ("local" rather than Ray's own default, which silently joins whatever cluster was started here last.)
+    address: str = "local"
+    cpus_per_run: float = 1.0  # Ray's num_cpus per task: how many runs share a node
+    gpus_per_run: float = 0.0  # Ray's num_gpus per task (fractions pack runs onto one GPU)
+    local_cpus: int | None = None  # CPUs of a started local instance (None: all); the CLI passes --jobs × cpus
+    poll_s: float = 2.0  # how often the progress line is refreshed
+
+
+@dataclass
+class SlurmOptions:
+    partition: str | None = None
+    time_min: int = 60  # per run (sbatch --time); submitit asks Slurm for the preemption signal 90 s before it
+    cpus_per_run: int = 1
+    gpus_per_run: int = 0
+    account: str | None = None
+    # Any other sbatch option, "key=value" ("qos=high", "mem=16G", "constraint=a100"); passed as --key=value.
+    sbatch: tuple[str, ...] = ()
+    max_requeues: int = 3  # time-outs a run may be requeued after (submitit's max_num_timeout)
+    parallel: int = 256  # array tasks running at once (sbatch --array=0-N%parallel)
+    setup: tuple[str, ...] = ()  # shell lines run in the job before the run (module load ..., source venv)
+    poll_s: float = 5.0  # how often squeue is asked and the progress line refreshed
+    job_name: str = "hadw-compare"
+    extra: dict[str, str] = field(default_factory=dict)  # parsed `sbatch`, filled by __post_init__
+
+    def __post_init__(self) -> None:
+        for item in self.sbatch:
+            key, sep, value = item.partition("=")
+            key = key.strip().lstrip("-")
+            if not sep or not key:
+                raise LauncherError(f"--sbatch {item!r}: expected KEY=VALUE, e.g. qos=high or mem=16G")
+            self.extra[key] = value
+        if self.time_min < 1:
+            raise LauncherError(f"--time-min {self.time_min}: must be >= 1 (minutes)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# What runs on a node
+
+
+def _log_attempt(run_dir: Path, text: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {socket.gethostname()} pid {os.getpid()}: {text}\n")
+
+
+def run_on_node(spec: RunSpec, cwd: str, where: str, threads: int = 1) -> dict:
+    """execute_run on a worker node: from the submitting shell's folder (relative --out/--config paths stay
+    valid), with the torch thread count of a local worker, recording the attempt in the run folder."""
+    os.chdir(cwd)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    _log_attempt(spec.run_dir, f"start ({where})")
+    result = execute_run(spec)
+    stopped = result["status"] == "failed" and (result["error"] or "").startswith("Interrupted")
+    _log_attempt(spec.run_dir, f"{'stopped by a signal' if stopped else result['status']} ({where})")
+    return result
+
+
+class SlurmRun:
+    """One array task: run `spec`; on submitit's preemption / time-out signal (USR2, or $SUBMITIT_PREEMPT_SIGNAL)
+    stop at the end of the current step, save a checkpoint, and let submitit requeue the job.
+
+    submitit's own handler would requeue at once, mid-step, losing the steps since the last periodic
+    checkpoint. Here the signal first goes to the trainer's safe stop (the SIGTERM path of `hadw train`),
+    and only after that checkpoint is written is submitit's handler called: it calls `checkpoint()` (the
+    same run again, which resumes) and `scontrol requeue`s the task.
+    """
+
+    def __init__(self, spec: RunSpec, cwd: str):
+        self.spec, self.cwd = spec, cwd
+
+    def __call__(self) -> dict:
+        import submitit
+
+        env = submitit.JobEnvironment()
+        signum = getattr(signal, "SIG" + env.USR_SIG)  # the signal submitit asked Slurm for (sbatch --signal)
+        submitit_handler = signal.getsignal(signum)
+        preempted: list[int] = []
+
+        def on_preempt(sig, frame):
+            preempted.append(sig)
+            os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler: finish the step, checkpoint, stop
+
+        signal.signal(signum, on_preempt)
+        result = run_on_node(self.spec, self.cwd, f"slurm job {env.job_id}, log {env.paths.stderr}")
+        if preempted and callable(submitit_handler) and not is_finished(self.spec.run_dir):
+            _log_attempt(self.spec.run_dir, f"preempted ({signal.Signals(signum).name}): requeued")
+            submitit_handler(signum, None)  # checkpoint() + scontrol requeue + exit; never returns
+        return result
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(SlurmRun(self.spec, self.cwd))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Progress across runs
+
+
+class SweepProgress:
+    """One line on stderr, "runs: 3 done, 2 running, 0 failed, 7 queued", printed when the counts change."""
+
+    def __init__(self, total: int, echo: Callable[[str], None] | None = None, done: int = 0, failed: int = 0):
+        self.total = total
+        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.base = (done, failed)  # runs settled before anything was submitted (reused ones)
+        self.last: tuple[int, int, int, int] | None = None
+
+    def update(self, done: int, running: int, failed: int) -> None:
+        """Counts of the submitted runs; the settled ones are added here."""
+        done, failed = done + self.base[0], failed + self.base[1]
+        counts = (done, running, failed, self.total - done - running - failed)
+        if counts != self.last:
+            self.last = counts
+            self.echo("runs: {} done, {} running, {} failed, {} queued".format(*counts))
+
+
+def _reuse_finished(specs: Sequence[RunSpec]) -> tuple[list[dict], list[RunSpec]]:
+    """Finished runs are checked here (reused, or failed on a config mismatch) and never submitted."""
+    reused, todo = [], []
+    for spec in specs:
+        if is_finished(spec.run_dir):
+            reused.append(execute_run(spec))
+        else:
+            todo.append(spec)
+    return reused, todo
+
+
+def _failed(spec: RunSpec, error: str) -> dict:
+    return {"arm": spec.arm, "seed": spec.seed, "status": "failed", "error": error}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ray
+
+
+def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress) -> list[dict]:
+    """Each run one Ray task with opts' CPU/GPU request; Ray retries a task whose worker or node died
+    (the retry resumes from the run's checkpoint)."""
+    try:
+        import ray
+    except ImportError:
+        raise LauncherError("--launcher ray needs Ray: pip install 'hadw[cluster]'") from None
+    started = False
+    if not ray.is_initialized():
+        _check_reachable(opts.address)
+        kwargs: dict = {}
+        if opts.address == "local":  # our own instance: no dashboard, the CPUs we were given
+            kwargs = {"num_cpus": opts.local_cpus, "include_dashboard": False}
+        if not opts.address.startswith("ray://"):  # (a Ray client takes none of these)
+            kwargs |= {"log_to_driver": False, "configure_logging": False}
+        try:
+            ray.init(address=opts.address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            why = " ".join(str(err).split())
+            raise LauncherError(f"--ray-address {opts.address}: cannot connect ({why})") from None
+        started = True
+    try:
+        task = ray.remote(num_cpus=opts.cpus_per_run, num_gpus=opts.gpus_per_run)(run_on_node)
+        cwd = os.getcwd()
+        refs = {task.remote(spec, cwd, "ray"): spec for spec in specs}
+        results: list[dict] = []
+        pending = list(refs)
+        submitted = time.time()
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=opts.poll_s)
+            for ref in ready:
+                try:
+                    results.append(ray.get(ref))
+                except Exception as err:  # the task's worker or node died for good (after Ray's retries)
+                    results.append(_failed(refs[ref], f"Ray task failed: {' '.join(str(err).split())[:2000]}"))
+            done = sum(r["status"] != "failed" for r in results)
+            running = sum(_started_since(refs[ref].run_dir, submitted) for ref in pending)
+            progress.update(done, running, len(results) - done)
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """HOST:PORT or ray://HOST:PORT must accept a connection: ray.init would otherwise retry for minutes."""
+    if address in ("local", "auto"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise LauncherError(f"--ray-address {address}: expected local, auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as err:
+        raise LauncherError(f"--ray-address {address}: cannot connect ({err.strerror or err})") from None
+
+
+def _started_since(run_dir: Path, since: float) -> bool:
+    """A run has started when its launcher.log was written since the sweep was submitted (shared folder)."""
+    try:
+        return (run_dir / LAUNCHER_LOG).stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Slurm
+
+
+def _squeue_states(array_id: str) -> dict[str, str] | None:
+    """task id ("123_4") -> Slurm state for the array's tasks still known to slurmctld; None if squeue failed."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-r", "-j", array_id, "-t", "all", "-o", "%i %T"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        # An array no longer known to slurmctld (all tasks ended MinJobAge ago) is an error to squeue.
+        return {} if "Invalid job id" in out.stderr else None
+    return dict(line.split(None, 1) for line in out.stdout.splitlines() if " " in line)
+
+
+RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}
+ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progress: SweepProgress) -> list[dict]:
+    """All runs as one job array through submitit; waits, following the tasks with squeue."""
+    try:
+        import submitit
+    except ImportError:
+        raise LauncherError("--launcher slurm needs submitit: pip install 'hadw[cluster]'") from None
+    try:
+        executor = submitit.SlurmExecutor(folder=Path(out_dir) / SLURM_FOLDER / "%A", max_num_timeout=opts.max_requeues)
+    except RuntimeError:
+        raise LauncherError("--launcher slurm: no Slurm here (srun not found); run it on a login node") from None
+    params: dict = {
+        "job_name": opts.job_name,
+        "time": opts.time_min,
+        "cpus_per_task": opts.cpus_per_run,
+        "array_parallelism": opts.parallel,
+        "additional_parameters": opts.extra,
+    }
+    if opts.partition:
+        params["partition"] = opts.partition
+    if opts.account:
+        params["account"] = opts.account
+    if opts.gpus_per_run:
+        params["gpus_per_node"] = opts.gpus_per_run
+    if opts.setup:
+        params["setup"] = list(opts.setup)
+    params["job_name"] = f"{opts.job_name}-{_folder_tag(out_dir)}"
+    busy = _queued_arrays(params["job_name"])
+    if busy:
+        raise LauncherError(
+            f"--out {out_dir}: job array {', '.join(busy)} of an earlier hadw compare on this folder is still queued "
+            f"or running (squeue -n {params['job_name']}); wait for it (--collect-only reports what has finished) "
+            "or scancel it, then re-run: its runs would otherwise start twice"
+        )
+    executor.update_parameters(**params)
+    cwd = os.getcwd()
+    try:
+        with executor.batch():
+            jobs = [executor.submit(SlurmRun(spec, cwd)) for spec in specs]
+    except Exception as err:  # sbatch refused the array (unknown partition/account, bad option): one line
+        raise LauncherError(f"--launcher slurm: sbatch failed: {' '.join(str(err).split())[:500]}") from None
+    print(
+        f"slurm: submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs); logs in {jobs[0].paths.folder}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress)
+
+
+def _folder_tag(out_dir: Path) -> str:
+    """A short name for --out in the job name, so that a later sweep can find the arrays still on it."""
+    import hashlib
+
+    path = str(Path(out_dir).resolve())
+    return f"{Path(path).name[:24]}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+
+
+def _queued_arrays(job_name: str) -> list[str]:
+    """Array ids of this user's jobs named job_name that are pending or running (squeue; [] if it fails)."""
+    import getpass
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-u", getpass.getuser(), "-n", job_name, "-o", "%A"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted(set(out.stdout.split())) if out.returncode == 0 else []
+
+
+def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict]:
+    results: dict[str, dict] = {}
+    array_id = next(iter(jobs)).job_id.split("_")[0]
+    gone: dict[str, int] = {}  # task id -> polls it has been missing from squeue without a result
+    while True:
+        states = _squeue_states(array_id)
+        for job, spec in jobs.items():
+            if job.job_id in results:
+                continue
+            if job.paths.result_pickle.exists():
+                results[job.job_id] = _slurm_result(job, spec)
+                continue
+            state = None if states is None else states.get(job.job_id, "GONE")
+            ended = state == "GONE" or (state or "").split()[0] in ENDED_STATES
+            gone[job.job_id] = gone.get(job.job_id, 0) + 1 if ended else 0
+            if gone[job.job_id] >= 2:  # ended twice in a row and still no result: killed / cancelled / timed out
+                results[job.job_id] = _failed(
+                    spec,
+                    f"slurm job {job.job_id} ended ({state}) without a result; log: {job.paths.stderr}. "
+                    "Re-run the same command to resume it from its last checkpoint",
+                )
+        done = sum(r["status"] != "failed" for r in results.values())
+        running = sum(
+            1 for job in jobs if job.job_id not in results and states and states.get(job.job_id) in RUNNING_STATES
+        )
+        progress.update(done, running, len(results) - done)
+        if len(results) == len(jobs):
+            return list(results.values())
+        time.sleep(poll_s)
+
+
+def _slurm_result(job, spec: RunSpec) -> dict:
+    try:
+        return job.result()
+    except Exception as err:  # the job raised, or submitit gave up requeuing it
+        return _failed(spec, f"slurm job {job.job_id}: {' '.join(str(err).split())[:2000]}; log: {job.paths.stderr}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def launch(
+    specs: Sequence[RunSpec],
+    launcher: str,
+    options: RayOptions | SlurmOptions,
+    out_dir: str | Path = ".",
+    echo: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Run every spec on Ray or Slurm; finished runs are reused here and not submitted. Same result dicts as
+    compare.run_all ({"arm", "seed", "status": trained | resumed | reused | failed, "error"})."""
+    if launcher not in ("ray", "slurm"):
+        raise LauncherError(f"--launcher {launcher}: allowed here: ray, slurm (local runs go through run_all)")
+    reused, todo = _reuse_finished(specs)
+    n_failed = sum(r["status"] == "failed" for r in reused)
+    progress = SweepProgress(len(specs), echo, done=len(reused) - n_failed, failed=n_failed)
+    progress.update(0, 0, 0)
+    if not todo:
+        return reused
+    if launcher == "ray":
+        assert isinstance(options, RayOptions)
+        return reused + run_ray(todo, options, progress)
+    assert isinstance(options, SlurmOptions)
+    return reused + run_slurm(todo, options, Path(out_dir), progress)
