@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from hadw import metrics as M
-from hadw.cli_lists import parse_ints
+from hadw.cli_lists import check_range, parse_ints
 from hadw.eval.cli import JsonOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
@@ -69,6 +69,8 @@ def compare_cmd(
     if not 0 < confidence < 1:
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
     seed_list = parse_ints(seeds or "0-4", "--seeds")
+    check_range("--jobs", jobs, 1, 1024)
+    check_range("--smooth", smooth, 1)
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
@@ -77,6 +79,7 @@ def compare_cmd(
             raise typer.BadParameter(str(err), param_hint="'--arm'") from None
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
+        _check_configs(specs)
         cmp.write_manifest(out, arms, seed_list, config, override)
         bar = _bar(len(specs), f"runs ({jobs} at a time)")
         statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
@@ -127,6 +130,23 @@ def compare_cmd(
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:
         raise typer.Exit(1)
+
+
+def _check_configs(specs) -> None:
+    """Every run's config (base, --set, the arm's overrides) loads, before any run starts: a typo is one
+    line naming the arm, not one traceback per run followed by an error about --out."""
+    from hadw.train.config import ConfigError, load_config
+
+    checked: set[tuple] = set()
+    for spec in specs:
+        key = (spec.arm, tuple(o for o in spec.overrides if not o.startswith(("train.seed=", "train.output_dir="))))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            load_config(spec.config_path, list(spec.overrides))
+        except ConfigError as err:
+            raise ConfigError(f"arm {spec.arm!r} (--config / --set / --arm): {err}") from None
 
 
 def demo(
