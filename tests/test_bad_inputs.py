@@ -300,22 +300,42 @@ class _RealMain:
         main()
 
 
-def _invoke_bounded(args: list[str]):
-    """CliRunner result of the real `hadw` entry point, or None when it ran past HANG_S seconds."""
+def _release_fifos(folder: Path) -> None:
+    """Open every FIFO in folder for writing and close it: a reader blocked in open() (in C code, where no
+    Python signal handler runs) gets end-of-file instead of waiting forever."""
+    import contextlib
+
+    for fifo in folder.glob("fifo.*"):
+        with contextlib.suppress(OSError):  # ENXIO: no reader waiting, nothing to release
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _invoke_bounded(args: list[str], fifo_dir: Path | None = None):
+    """CliRunner result of the real `hadw` entry point, or None when it ran past HANG_S seconds (an alarm
+    interrupts Python code; a timer releases readers blocked on the matrix's FIFOs)."""
     import signal
+    import threading
+    import time
 
     def alarm(signum, frame):
         raise _Hang
 
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, HANG_S)
+    releaser = threading.Timer(HANG_S, _release_fifos, [fifo_dir]) if fifo_dir else None
+    if releaser:
+        releaser.start()
+    start = time.monotonic()
     try:
-        return click.testing.CliRunner().invoke(_RealMain(), args)  # type: ignore[arg-type]
+        result = click.testing.CliRunner().invoke(_RealMain(), args)  # type: ignore[arg-type]
+        return None if time.monotonic() - start >= HANG_S else result
     except _Hang:
         return None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if releaser:
+            releaser.cancel()
 
 
 def classify(result, expect: str) -> str:
@@ -770,7 +790,7 @@ def test_the_matrix_is_large_enough():
 @pytest.mark.parametrize(("args", "needles", "expect"), [c[1:] for c in MATRIX], ids=[c[0] for c in MATRIX])
 def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needles, expect):
     monkeypatch.chdir(mx["matrix"])  # import-path rewards (matrix_rewards.py) resolve from here
-    result = _invoke_bounded(_expand(args, mx, tmp_path / "run"))
+    result = _invoke_bounded(_expand(args, mx, tmp_path / "run"), Path(mx["matrix"]))
     outcome = classify(result, expect)
     record_outcome(request.node.callspec.id, outcome)
     detail = None if result is None else (result.exit_code, result.stdout[-2000:], result.stderr[-2000:],

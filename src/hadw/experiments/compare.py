@@ -139,11 +139,12 @@ def is_finished(run_dir: Path) -> bool:
 
 def run_status(run_dir: Path) -> str:
     """ "finished" | "resume" (has a checkpoint) | "new"."""
-    from hadw.train.checkpoint import latest_checkpoint
+    from hadw.train.checkpoint import checkpoint_dirs
 
     if is_finished(run_dir):
         return "finished"
-    return "resume" if latest_checkpoint(run_dir) is not None else "new"
+    # any checkpoint folder: --resume picks `latest` or the newest complete one (never starts over beside them)
+    return "resume" if run_dir.is_dir() and checkpoint_dirs(run_dir) else "new"
 
 
 def _check_same_config(spec: RunSpec, cfg) -> None:
