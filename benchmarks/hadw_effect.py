@@ -7,6 +7,7 @@ step cap, then `rl_overrides`: tiny Qwen2, `sums` levels 2–4, G = 8, 16 prompt
 run dir made with another recipe is refused and left out).
 
 Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 200] [--arms grpo,hadw,hadw_per_level] [--jobs 2]
+(arms: ARMS below; benchmarks/sim_vs_trainer.md runs grpo, grpo_scale, hadw, hadw_norm and their sgd_ twins)
 Runs are ordered seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short stays paired.
 """
 
@@ -28,6 +29,7 @@ from hadw.experiments import compare as cmp
 from hadw.experiments.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
 from hadw.experiments.plots import plot_compare
 
+SGD = ("optim.name=sgd", "optim.lr=0.01", "optim.grad_clip=0")  # lr: a one-seed GRPO pilot (sim_vs_trainer.md)
 ARMS = {
     "grpo": ("hadw.enabled=false",),
     "hadw": ("hadw.enabled=true",),
@@ -38,6 +40,23 @@ ARMS = {
     "hadw_per_level": ("hadw.enabled=true", "hadw.anchor=per_level"),
     "dapo": ("algorithm.preset=dapo", "hadw.enabled=false"),
     "dapo_hadw": ("algorithm.preset=dapo", "hadw.enabled=true"),
+    # benchmarks/sim_vs_trainer.md: GRPO with every advantage × 1.3 (HA-DW's λ as a step size alone) and HA-DW
+    # with Φ normalised to mean 1 (re-weighting alone); each also under plain SGD, at a stable SGD lr with the clip
+    # off (with clip 1.0 the tiny model's gradient norm of 2-3 is always clipped, and a clipped step is scale-free)
+    "grpo_scale": ("hadw.enabled=false", "algorithm.advantage_scale=1.3"),
+    "hadw_norm": ("hadw.enabled=true", "hadw.normalize=batch"),
+    # docs/sim.md's map: its most promising AdamW cell is mostly easy prompts with λ = 2 (run from a warm start with
+    # --sft-target 0.8)
+    "hadw_lam2": ("hadw.enabled=true", "hadw.lam=2.0"),
+    **{
+        f"sgd_{name}": (*overrides, *SGD)
+        for name, overrides in {
+            "grpo": ("hadw.enabled=false",),
+            "grpo_scale": ("hadw.enabled=false", "algorithm.advantage_scale=1.3"),
+            "hadw": ("hadw.enabled=true",),
+            "hadw_norm": ("hadw.enabled=true", "hadw.normalize=batch"),
+        }.items()
+    },
 }
 SET_BY_COMPARE = ("train.seed=", "train.output_dir=", "hadw.enabled=", "train.num_threads=", "logging.progress=")
 SET_HERE = ("logging.sample_every=",)
@@ -193,7 +212,11 @@ def main() -> None:
     ]
     names = [m for m, _ in metrics]
     # One comparison per base algorithm: every HA-DW arm of it against it, paired by seed.
-    families = {"grpo": ("hadw", "hadw_per_level", "hadw_fixed"), "dapo": ("dapo_hadw",)}
+    families = {
+        "grpo": ("grpo_scale", "hadw", "hadw_norm", "hadw_lam2", "hadw_per_level", "hadw_fixed"),
+        "dapo": ("dapo_hadw",),
+        "sgd_grpo": ("sgd_grpo_scale", "sgd_hadw", "sgd_hadw_norm"),
+    }
     families = {base: [a for a in treated if a in runs] for base, treated in families.items()}
     pairs = [(base, treated) for base, treated in families.items() if base in runs and treated]
     sections, pngs = [], []

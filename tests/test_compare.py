@@ -137,8 +137,19 @@ def test_compare_cli_collect_only_writes_tables_json_and_plot(fake_out):
     md = (fake_out / "compare.md").read_text()
     assert "| all | 0.600 [0.352, 0.848] (3) | 0.643 [0.378, 0.909] (3) | +0.043 [-0.008, +0.095] | 0.069 |" in md
     assert "Unfinished runs (left out): {'hadw': [3]}" in md
+    # MDE at 80 % power for n = 3 pairs: 3.264 × the SD of the differences (0.0208; L1: 0.1); one primary row
+    assert "| 0.069 | 0.068 | **primary** |" in md and "| 1.000 | 0.326 | exploratory |" in md
+    assert "Primary comparison: `val/all/greedy`" in md
     data = json.loads((fake_out / "compare.json").read_text())
     assert data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["seeds"] == [0, 1, 2]
+    assert data["primary"] == "val/all/greedy"
+    assert data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["mde_80"] == pytest.approx(3.2640 * 0.0208167, rel=1e-3)
+    chosen = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--smooth", "1",
+                                              "--primary", "addition/L1/greedy"])  # fmt: skip
+    assert chosen.exit_code == 0, chosen.output
+    assert "| 1.000 | 0.326 | **primary** |" in (fake_out / "compare.md").read_text()
+    bad = CliRunner().invoke(build_app(), ["compare", "--out", str(fake_out), "--collect-only", "--primary", "all/x"])
+    assert bad.exit_code == 2 and "not among the final metrics" in bad.output
     assert (fake_out / "compare.png").stat().st_size > 10_000
 
 
@@ -292,3 +303,19 @@ def test_run_all_in_two_processes(tmp_path):
     assert os.getpid() not in {r["pid"] for r in results}  # ran in worker processes
     with pytest.raises(ValueError, match="--jobs must be >= 1"):
         cmp.run_all(specs, jobs=0)
+
+
+def test_power_of_the_paired_t_test():
+    """Hand-checkable anchors: the tiny model's paired SD of 1.3 points detects ≈ 0.86 points with 20 seeds
+    (normal approximation 2.80·1.3/√20 = 0.81, the t test a bit more) and needs ≈ 150 seeds for 0.3 points; power
+    is α at effect 0 and rises with n; seeds_needed inverts minimal_detectable_effect."""
+    from hadw.experiments.stats import minimal_detectable_effect, paired_power, seeds_needed
+
+    assert paired_power(0.0, 1.0, 10) == pytest.approx(0.05, abs=1e-9)
+    assert paired_power(0.5, 1.0, 40) > paired_power(0.5, 1.0, 20) > paired_power(0.5, 1.0, 10)
+    mde = minimal_detectable_effect(20, 0.013)
+    assert 0.0082 < mde < 0.0090 and paired_power(mde, 0.013, 20) == pytest.approx(0.8, abs=1e-6)
+    assert 140 <= seeds_needed(0.003, 0.013) <= 155
+    n = seeds_needed(mde, 0.013)
+    assert n == 20 or (n == 21 and paired_power(mde, 0.013, 20) < 0.8)
+    assert seeds_needed(0.0, 0.013) == float("inf") and minimal_detectable_effect(1, 0.013) == float("inf")

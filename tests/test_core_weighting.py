@@ -109,3 +109,28 @@ def test_cheap_metrics_equal_their_masked_definition(totals, group_size, anchor,
         assert out.metrics["hadw/phi_max"] == pytest.approx(float(w.max()), rel=1e-6)
     boosted = float(((out.weights > LAM) & active).float().mean())
     assert out.metrics["hadw/frac_boosted"] == pytest.approx(boosted)
+
+
+def test_normalize_batch_is_reweighting_only():
+    """normalize="batch": Φ / (mean Φ over the informative responses), hand-worked on two groups; λ cancels;
+    Â = 0 responses get exactly 1; "none" returns Φ untouched; an unknown mode is refused with the allowed ones."""
+    from hadw.core import normalize_weights, scale_advantages
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])  # group 0: p̂ = 1/4; group 1 degenerate
+    ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    adv = compute_advantages(rewards, ids).advantages
+    out = {lam: apply_hadw(adv, rewards, ids, make_anchor("fixed", value=0.5), lam, normalize="batch")
+           for lam in (1.0, 1.5)}  # fmt: skip
+    # group 0 vs C = 0.5: the correct response gets e^{0.25}, the three wrong ones e^{-0.25}
+    raw = torch.tensor([math.exp(0.25)] + [math.exp(-0.25)] * 3)
+    torch.testing.assert_close(out[1.5].weights[:4], raw / raw.mean())
+    assert out[1.5].weights[4:].tolist() == [1.0] * 4
+    torch.testing.assert_close(out[1.0].advantages, out[1.5].advantages)
+    assert out[1.5].metrics["hadw/phi_mean"] == pytest.approx(1.0)
+    assert out[1.5].metrics["hadw/phi_max"] == pytest.approx(float(raw.max() / raw.mean()))
+    phi = hadw_weights(adv, rewards, 0.5, 1.3)
+    assert normalize_weights(phi, adv, "none") is phi
+    x = torch.randn(5)
+    assert scale_advantages(x, 1.0) is x and torch.equal(scale_advantages(x, 1.3), x * 1.3)
+    with pytest.raises(ValueError, match="normalize='mean' is not allowed; allowed: none, batch"):
+        normalize_weights(phi, adv, "mean")

@@ -152,7 +152,9 @@ def test_disabled_equals_plain_grpo_trainer(tiny_model, tmp_path):
     assert [e["hadw/batch_accuracy"] for e in off.state.log_history if "loss" in e] == pytest.approx(accuracies)
 
 
-def reference_advantages(rewards_per_func: list[torch.Tensor], anchor, lam: float, scale: bool, keys=None):
+def reference_advantages(
+    rewards_per_func: list[torch.Tensor], anchor, lam: float, scale: bool, keys=None, normalize: str = "none"
+):
     """Â·Φ and Φ from hadw.core alone, replaying the anchor over the recorded generation batches."""
     out = []
     for b, rewards in enumerate(rewards_per_func):
@@ -162,19 +164,21 @@ def reference_advantages(rewards_per_func: list[torch.Tensor], anchor, lam: floa
             adv = compute_advantages(total, ids, std="sample", std_floor=0.0, eps=TRL_EPS).advantages
         else:
             adv = compute_advantages(total, ids, estimator="drgrpo").advantages
-        out.append(apply_hadw(adv, (rewards[:, 0] > 0.5).float(), ids, anchor, lam, keys=keys and keys[b]))
+        correct = (rewards[:, 0] > 0.5).float()
+        out.append(apply_hadw(adv, correct, ids, anchor, lam, keys=keys and keys[b], normalize=normalize))
     return [r.advantages for r in out], [r.weights[r.advantages != 0] for r in out]
 
 
 @pytest.mark.parametrize(
-    ("loss_type", "level", "scale_rewards", "anchor"),
+    ("loss_type", "level", "scale_rewards", "anchor", "normalize"),
     [
-        ("dapo", "token", "group", "window"),  # TRL's default loss
-        ("grpo", "sequence", "group", "kalman"),  # GSPO
-        ("dr_grpo", "token", "none", "ema"),
+        ("dapo", "token", "group", "window", "none"),  # TRL's default loss
+        ("grpo", "sequence", "group", "kalman", "none"),  # GSPO
+        ("dr_grpo", "token", "none", "ema", "none"),
+        ("grpo", "token", "group", "window", "batch"),  # hadw_normalize: Φ to mean 1 over informative responses
     ],
 )
-def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, level, scale_rewards, anchor):
+def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, level, scale_rewards, anchor, normalize):
     with_eval = loss_type == "dapo"
     trainer = make_trainer(
         RecHADW,
@@ -185,13 +189,18 @@ def test_enabled_advantages_equal_hadw_core(tiny_model, tmp_path, loss_type, lev
         scale_rewards=scale_rewards,
         hadw_anchor=anchor,
         hadw_correctness_reward="correct",
+        hadw_normalize=normalize,
         **(dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8) if with_eval else {}),
     )
     trainer.train()
     ref_anchor = make_anchor(anchor, **trainer.args.hadw_anchor_options())
-    expected, weights = reference_advantages(trainer.rec_rewards, ref_anchor, 1.3, scale=scale_rewards != "none")
+    expected, weights = reference_advantages(
+        trainer.rec_rewards, ref_anchor, 1.3, scale=scale_rewards != "none", normalize=normalize
+    )
     assert len(expected) == 2
     assert all(w.numel() > 0 and w.max() - w.min() > 0.05 for w in weights)  # Φ is not a constant λ here
+    if normalize == "batch":  # re-weighting only: Φ averages 1 over the responses it acts on, whatever λ
+        assert all(float(w.mean()) == pytest.approx(1.0, abs=1e-5) for w in weights)
     for got, want in zip(trainer.rec_advantages, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     # the loss consumed exactly these advantages (TRL shuffles within the generation batch)

@@ -167,6 +167,28 @@ def test_enabled_equals_hadw_core(anchor, options, tmp_path):
     assert [m["hadw/anchor"] for m in logged] == pytest.approx(anchors)
 
 
+def test_normalize_batch_equals_hadw_core_and_cancels_lambda():
+    """algorithm.hadw.normalize=batch: Φ rescaled to mean 1 over the informative responses (hadw.core's
+    normalize_weights), so λ no longer changes the advantages; normalize=none keeps λ as a factor."""
+    correct = torch.rand(6 * G, generator=torch.Generator().manual_seed(3)) < 0.4
+    rewards, mask, uids, correct_f, score = rollout_batch(correct, 3)
+    ids = torch.as_tensor(np.unique(uids.astype(str), return_inverse=True)[1])
+    base = compute_advantages(score, ids, std="sample", std_floor=0.0, eps=VERL_EPS).advantages
+    got = {}
+    for lam in (1.0, 2.0):
+        STORE.reset()
+        got[lam], _ = call_like_verl(algorithm(lam=lam, normalize="batch"), rewards, mask, uids)
+    want = apply_hadw(base, correct_f, ids, make_anchor("window"), lam=2.0, normalize="batch")
+    torch.testing.assert_close(got[2.0], want.advantages.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-6)
+    assert float(want.weights[base != 0].mean()) == pytest.approx(1.0, abs=1e-6)
+    torch.testing.assert_close(got[1.0], got[2.0], rtol=1e-5, atol=1e-6)
+    STORE.reset()
+    plain, _ = call_like_verl(algorithm(lam=2.0), rewards, mask, uids)
+    assert not torch.allclose(plain, got[2.0], rtol=1e-3)  # without normalize, λ = 2 doubles the advantages
+    with pytest.raises(ValueError, match="normalize='mean' is not allowed; allowed: none, batch"):
+        call_like_verl(algorithm(normalize="mean"), rewards, mask, uids)
+
+
 def test_options_are_validated():
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['lambda'\]"):
         VerlHADWConfig.from_config(algorithm(**{"lambda": 1.3}))

@@ -74,6 +74,14 @@ def _violations() -> list[str]:
                 allowed = target == "hadw" or target.startswith(("hadw.core", "hadw.integrations", "hadw.errors"))
                 if not allowed:
                     bad.append(f"{path.relative_to(SRC.parent)}:{line}: integrations import only hadw.core: {target}")
+            elif name.endswith(".cli") and name != "hadw.cli" and floor(target) < FLOORS["cli"]:
+                # a package's command runs that package: it may import its own floor and below, not above
+                own = FLOORS.get(name.split(".")[1], 0)
+                if floor(target) > own:
+                    bad.append(
+                        f"{path.relative_to(SRC.parent)}:{line}: {name} (a command of floor {own}) imports {target} "
+                        f"(floor {floor(target)})"
+                    )
             elif floor(target) > floor(name):
                 bad.append(
                     f"{path.relative_to(SRC.parent)}:{line}: {name} (floor {floor(name)}) imports {target} "
@@ -113,6 +121,17 @@ def test_checker_catches_an_upward_import(tmp_path, monkeypatch):
     (pkg / "ok.py").write_text("from . import bad\n")
     monkeypatch.setattr(__import__(__name__), "SRC", tmp_path / "hadw")
     assert len(_violations()) == 1 and "hadw.core.bad (floor 0) imports hadw.train.trainer" in _violations()[0]
+
+
+def test_a_command_does_not_import_above_its_package(tmp_path, monkeypatch):
+    """hadw.eval.cli once imported hadw.experiments.plots for the probe's figure: caught as a violation."""
+    pkg = tmp_path / "hadw" / "eval"
+    pkg.mkdir(parents=True)
+    (tmp_path / "hadw" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text("def f():\n    from hadw.experiments.plots import plot_probe\n    return plot_probe\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path / "hadw")
+    assert len(_violations()) == 1 and "hadw.eval.cli (a command of floor 2)" in _violations()[0]
 
 
 def test_core_imports_with_torch_and_numpy_alone():

@@ -340,7 +340,8 @@ def test_a_huge_row_is_skipped_and_counted(tiny_path, tmp_path, capfd):
     rows = [{"problem": f"{i}+1", "answer": str(i + 1)} for i in range(6)]
     rows.insert(3, {"problem": "9" * 2_000_000, "answer": "1"})  # 2 MB: one row far beyond any context
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    trainer = _trainer(tiny_path, tmp_path / "run", f"data.source={data}", "data.max_prompt_tokens=64")
+    trainer = _trainer(tiny_path, tmp_path / "run", f"data.source={data}", "data.max_prompt_tokens=64",
+                       "data.template=plain")  # bare "5+1=" prompts: only the 2 MB row is over 64 tokens
     assert trainer.source.num_skipped == 1
     assert all(len(p.question) < 100 for p in trainer.source.problems + trainer.source.eval_problems())
     assert "skipped 1 rows" in capfd.readouterr().err

@@ -70,8 +70,15 @@ def test_arm_weights_on_random_groups():
 
 
 def _small(**kw):
+    """The old one-logit SGD model (--model logit), small."""
     base = dict(prompts_per_level=[60, 60], level_offsets=[0.5, -2.0], steps=40, prompts=16, seeds=[0, 1, 2],
-                eval_every=10, lr=0.5, skill_lr=0.002)
+                eval_every=10, lr=0.5, skill_lr=0.002, model="logit", optimizer="sgd")
+    return SimSettings(**{**base, **kw})
+
+
+def _softmax(**kw):
+    """The default softmax model, small (a few hundred optimiser steps)."""
+    base = dict(prompts_per_level=[80, 80], level_offsets=[0.0, -1.5], steps=40, seeds=[0, 1, 2], eval_every=10)
     return SimSettings(**{**base, **kw})
 
 
@@ -102,7 +109,10 @@ def test_cli_writes_plot_and_json_and_rejects_bad_input(tmp_path):
     assert png.stat().st_size > 0
     data = json.loads(js.read_text())
     assert data["buckets"] == ["L1", "L2", "all"] and data["steps"] == [0, 5, 10]
-    assert set(data["summary"]) == {"grpo", "grpo_lam", "hadw", "hadw_oracle", "debiased"}
+    assert set(data["summary"]) == {"grpo", "grpo_lam", "hadw", "hadw_norm", "hadw_oracle", "debiased"}
+    assert isinstance(data["summary"]["hadw"]["all"]["final"]["mean"], float)  # the layout users read
+    assert data["summary"]["hadw"]["all"]["seeds_needed"] is None or data["summary"]["hadw"]["all"]["seeds_needed"] >= 2
+    assert data["settings"]["model"] == "softmax" and data["settings"]["optimizer"] == "adamw"
     bad = runner.invoke(build_app(), ["sim", "--arms", "grpo,nope", "--steps", "1"])
     assert bad.exit_code == 2 and "allowed arms" in bad.output
     bad = runner.invoke(build_app(), ["sim", "--anchor", "nope", "--steps", "1", "--seeds", "0"])
@@ -133,3 +143,57 @@ def test_keyed_anchors_per_level_and_per_prompt():
     assert torch.allclose(p_phi[0, 0], torch.full((4,), 3 / 8, dtype=torch.float64))
     assert torch.allclose(p_phi[0, 1], torch.full((4,), 1 / 8, dtype=torch.float64))
     assert c.shape == (1,) and abs(float(c[0]) - 0.25) < 1e-9  # window of the two batch accuracies 0.5, 0
+
+
+def test_softmax_model_learns_and_starts_where_the_offsets_say():
+    res = simulate(_softmax(arms=["grpo", "hadw", "hadw_norm"]))
+    start = res.curves["grpo"][0].mean(axis=0)
+    # the initial success rate of a level is E[sigmoid(offset + spread·ε)]: 0.5 at offset 0 by symmetry
+    assert abs(start[0] - 0.5) < 0.05 and 0.15 < start[1] < 0.3
+    for arm in ("grpo", "hadw", "hadw_norm"):
+        assert np.all(res.curves[arm][-1] > res.curves[arm][0] + 0.02)  # every bucket of every seed improves
+        assert np.array_equal(res.curves[arm][0], res.curves["grpo"][0])  # paired: same initial policy
+    again = simulate(_softmax(arms=["hadw"]))
+    assert np.array_equal(again.curves["hadw"], res.curves["hadw"])
+
+
+def test_lambda_cancels_under_adamw_and_is_a_step_size_under_sgd():
+    """Adam's step m̂/(√v̂+ε) is unchanged when every gradient is scaled by λ: grpo_lam ≡ grpo up to rounding
+    with ε → 0 and no clip, and within 1e-3 of accuracy with the trainer's ε and clip; under SGD it is a larger step."""
+    exact = simulate(_softmax(arms=["grpo", "grpo_lam"], eps=1e-30, grad_clip=0.0))  # ε → 0 (0 itself: 0/0)
+    # not 1e-12: where a gradient element is pure rounding noise, Adam turns it into a full ±lr step, and the noise of
+    # λ·g is not λ × the noise of g (measured gap 3e-6)
+    np.testing.assert_allclose(exact.curves["grpo_lam"], exact.curves["grpo"], atol=3e-5)
+    trainer_like = simulate(_softmax(arms=["grpo", "grpo_lam"]))
+    assert np.abs(trainer_like.curves["grpo_lam"] - trainer_like.curves["grpo"]).max() < 1e-3
+    sgd = simulate(_softmax(arms=["grpo", "grpo_lam"], optimizer="sgd", lr=0.002, grad_clip=0.0))
+    gain = sgd.curves["grpo_lam"][-1] - sgd.curves["grpo"][-1]
+    assert np.all(gain > 0.002)  # λ = 1.3 is a 1.3× learning rate: every bucket of every seed learns more
+
+
+def test_hadw_norm_weights_average_one_per_seed_and_ignore_lambda():
+    gen = torch.Generator().manual_seed(0)
+    S, B, G = 3, 20, 8
+    p = torch.rand(S, B, generator=gen, dtype=torch.float64)
+    rewards = sample_groups(p, G, gen)
+    c = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64)
+    grpo, _ = step_weights("grpo", rewards, p, c, 1.3)
+    w13, _ = step_weights("hadw_norm", rewards, p, c, 1.3)
+    w20, _ = step_weights("hadw", rewards, p, c, 2.0, normalize="batch")
+    assert torch.allclose(w13, w20)
+    active = grpo != 0
+    for s in range(S):  # Φ = w / Â has mean 1 over each seed's informative responses
+        assert float((w13[s][active[s]] / grpo[s][active[s]]).mean()) == pytest.approx(1.0)
+    scaled, _ = step_weights("grpo", rewards, p, c, 1.3, scale=1.5)
+    assert torch.allclose(scaled, 1.5 * grpo)
+
+
+def test_softmax_options_run_and_are_checked():
+    for extra in (dict(kl_coef=0.5, entropy_coef=0.01), dict(ppo_epochs=2, mini_batch_prompts=2, answers=2),
+                  dict(optimizer="sgd", lr=0.002, weight_decay=0.01, warmup_steps=0)):
+        res = simulate(_softmax(arms=["grpo"], steps=10, **extra))
+        assert np.isfinite(res.curves["grpo"]).all()
+    with pytest.raises(ValueError, match="logit model trains with plain SGD only"):
+        simulate(_small(optimizer="adamw"))
+    with pytest.raises(ValueError, match="wrong_concentration"):
+        simulate(_softmax(wrong_concentration=0.2))

@@ -215,18 +215,30 @@ def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
 
 @pytest.mark.parametrize("preset", ["grpo", "dapo"])  # sequence- and token-level aggregation
 def test_micro_batches_accumulate_to_the_unsplit_update(tiny_path, tmp_path, preset):
-    def params_after_one_step(extra):
+    """The accumulated gradient equals the unsplit one, on any device.
+
+    Compared before the optimiser step: Adam's first step is g/(|g|+eps)·lr, which turns a rounding-level
+    gradient (~1e-8, where summation order decides the sign) into an update of up to lr, on a GPU far more
+    often than on a CPU. Tolerance: float32 sums over the mini-batch's rows in another order agree to a few
+    hundred ulps of the largest gradient of the tensor (2**-23 ≈ 1.2e-7 each): 1e-5 · max|g|.
+    """
+
+    def grads_of_one_step(extra):
         trainer = Trainer(load_config(None, _overrides(tiny_path, tmp_path / extra, f"algorithm.preset={preset}",
                                                        "optim.grad_clip=1000", extra)))
+        grads, step = [], trainer.optimizer.step
+        trainer.optimizer.step = lambda *a, **k: (grads.append([p.grad.clone() for p in trainer.model.parameters()]),
+                                                  step(*a, **k))[1]
         metrics = trainer.train_step(0)
-        return [p.detach().clone() for p in trainer.model.parameters()], metrics
+        return grads, metrics
 
-    whole, m_whole = params_after_one_step("train.micro_batch_size=0")
-    split, m_split = params_after_one_step("train.micro_batch_size=3")  # 8 rows per mini-batch: 3 + 3 + 2
-    for p, q in zip(whole, split, strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    whole, m_whole = grads_of_one_step("train.micro_batch_size=0")
+    split, m_split = grads_of_one_step("train.micro_batch_size=3")  # 8 rows per mini-batch: 3 + 3 + 2
+    assert len(whole) == len(split) >= 1
+    for step_whole, step_split in zip(whole, split, strict=True):
+        for g, h in zip(step_whole, step_split, strict=True):
+            torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-5 * float(g.abs().max()) + 1e-12)
     assert m_split["actor/pg_loss"] == pytest.approx(m_whole["actor/pg_loss"], rel=1e-4, abs=1e-6)
-    # Adam's first step is scale-free, so also check the accumulated gradient itself (its pre-clip norm)
     assert m_split["actor/grad_norm"] == pytest.approx(m_whole["actor/grad_norm"], rel=1e-4)
 
 
@@ -275,3 +287,65 @@ def test_per_prompt_anchor_resumes_from_its_checkpoint(tiny_path, tmp_path):
     resumed.train()
     assert len(resumed.anchor.state_dict()["batch"]["history"]) == 4
     assert resumed.anchor.state_dict() == straight.anchor.state_dict()
+
+
+def _weights_after(tiny_path, out_dir, *extra: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(initial, final) flat weights of a 3-step HA-DW run with a reward that has signal."""
+    trainer = Trainer(load_config(None, _overrides(tiny_path, out_dir, "hadw.enabled=true", "logging.sample_every=0",
+                                                   "optim.grad_clip=0", *extra)))  # fmt: skip
+    initial = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+    trainer.train()
+    return initial, torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+
+
+def test_lambda_cancels_under_adamw_and_acts_under_sgd_or_kl(tiny_path, tmp_path):
+    """Φ = λ·exp(D·M): λ is a global factor of every advantage. AdamW's step m̂/(√v̂+ε) is unchanged by it up to
+    ε, so with no KL / entropy term and no clip λ = 1 and λ = 1.5 train the same weights (to a tolerance that
+    shrinks with ε: it is ε that breaks the invariance); under plain SGD λ is a learning rate, and with a KL term it
+    changes the policy loss's weight relative to the KL's. Measured: 4e-4 (ε = 1e-8), 3e-6 (ε = 1e-12), 0.8 (SGD),
+    0.04 (KL 5), as a share of the update's norm."""
+
+    def relative_gap(*extra: str) -> float:
+        w0, a = _weights_after(tiny_path, tmp_path / f"a{len(list(tmp_path.iterdir()))}", "hadw.lam=1.0", *extra)
+        _, b = _weights_after(tiny_path, tmp_path / f"b{len(list(tmp_path.iterdir()))}", "hadw.lam=1.5", *extra)
+        return float((a - b).norm() / (a - w0).norm())
+
+    assert relative_gap() < 2e-3  # AdamW, ε = 1e-8 (the default)
+    assert relative_gap("optim.eps=1e-12") < 5e-5  # the gap is ε's: float32 rounding is all that is left
+    assert relative_gap("optim.name=sgd", "optim.lr=0.05") > 0.2
+    assert relative_gap("algorithm.kl_coef=5.0") > 0.01
+    assert relative_gap("hadw.normalize=batch", "optim.name=sgd", "optim.lr=0.05") < 1e-5  # Φ's mean, λ, removed
+
+
+def test_advantage_scale_is_lambda_as_a_step_size(tiny_path, tmp_path):
+    """algorithm.advantage_scale=1.5 with λ = 1 trains exactly what λ = 1.5 does (both multiply Â·Φ by 1.5)."""
+    _, scaled = _weights_after(tiny_path, tmp_path / "s", "hadw.lam=1.0", "algorithm.advantage_scale=1.5",
+                               "optim.name=sgd", "optim.lr=0.05")  # fmt: skip
+    _, lam = _weights_after(tiny_path, tmp_path / "l", "hadw.lam=1.5", "optim.name=sgd", "optim.lr=0.05")
+    torch.testing.assert_close(scaled, lam, rtol=1e-5, atol=1e-7)
+
+
+def test_default_optimiser_and_options_are_the_previous_ones(tiny_path, tmp_path):
+    """The new options' defaults are today's trainer: fused AdamW with torch's ε, advantages unscaled, Φ not
+    normalised, and a run with them spelled out is bit-for-bit the default run. (Checked once against the
+    commit before these options existed: identical weights after 3 steps with and without HA-DW.)"""
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "d", "hadw.enabled=true"))
+    assert (cfg.optim.name, cfg.optim.eps, cfg.algorithm.advantage_scale, cfg.hadw.normalize) == (
+        "adamw", 1e-8, 1.0, "none")  # fmt: skip
+    trainer = Trainer(cfg)
+    opt = trainer.optimizer
+    assert type(opt) is torch.optim.AdamW and opt.defaults["fused"] and opt.defaults["eps"] == 1e-8
+    trainer.train()
+    default = [p.detach().clone() for p in trainer.model.parameters()]
+    explicit = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "e", "hadw.enabled=true", "optim.name=adamw",
+                                                    "optim.eps=1e-8", "algorithm.advantage_scale=1.0",
+                                                    "hadw.normalize=none")))  # fmt: skip
+    explicit.train()
+    assert all(torch.equal(p, q) for p, q in zip(default, explicit.model.parameters(), strict=True))
+    sgd = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "g", "optim.name=sgd")))
+    assert type(sgd.optimizer) is torch.optim.SGD and sgd.optimizer.defaults["momentum"] == 0
+    sgd._lock.release()
+    with pytest.raises(ConfigError, match="optim.name='adam'"):
+        load_config(None, ["optim.name=adam"])
+    with pytest.raises(ConfigError, match="hadw.normalize"):
+        load_config(None, ["hadw.normalize=mean"])

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+from typer.testing import CliRunner
+
+from hadw.cli import build_app
 from hadw.rollout import build_tiny_model
 from hadw.train.config import load_config
 from hadw.train.metrics_log import read_jsonl
@@ -19,23 +24,46 @@ def _config(tmp_path, *extra):
     ])  # fmt: skip
 
 
-def test_all_degenerate_steps_warn_once_with_causes_and_the_eval_command(tmp_path, capsys):
+def test_all_degenerate_steps_warn_once_with_the_measured_cause_and_a_command_that_runs(tmp_path, capsys):
     # A random byte-level model never writes the sum of two numbers in 2 tokens: every group scores 0, 0
-    trainer = Trainer(_config(tmp_path))
+    trainer = Trainer(_config(tmp_path, "data.source=task:addition", "data.levels=[3]"))
     for step in range(4):
         metrics = trainer.train_step(step)
         assert metrics["batch/degenerate_frac"] == 1.0
         assert (trainer.no_signal_warning is None) == (step < 2)  # after 3 steps in a row, not before
     err = capsys.readouterr().err
     assert err.count("every group is degenerate") == 1  # once, not every step
-    assert "SFT first" in err and "rollout.max_new_tokens=2" in err
-    assert f"hadw eval {trainer.cfg.model.path} --data task:sums --max-new-tokens 2 --samples" in err
+    # measured, not guessed: 3-digit sums need 4 tokens, so every response was cut at 2
+    assert "Measured on the last batch: 100% of responses were cut off at rollout.max_new_tokens=2" in err
+    command = err.split("Look at the completions (the run's own data, template and reward): ")[1].split()
+    assert command[:2] == ["hadw", "eval"] and command[2] == str(tmp_path / "run")
+    # the suggested command runs as printed, and prompts like the run (task, plain template, no chat)
+    samples = tmp_path / "samples.jsonl"
+    command[command.index("--samples") + 1] = str(samples)
+    result = CliRunner().invoke(build_app(), [*command[1:], "--no-progress"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 20 and all(r["prompt"].endswith("=") and r["level"] == 3 for r in rows)
+
+
+def test_the_warning_names_reward_failures_and_unreadable_answers(tmp_path):
+    from hadw.train.trainer import measured_no_signal_causes
+
+    cfg = _config(tmp_path)
+    failing = {"reward/errors": 8.0, "critic/score/mean": 0.0, "response_length/clip_ratio": 0.0}
+    assert measured_no_signal_causes(failing, ["x"] * 8, cfg)[0] == "the reward failed on 8 of 8 responses " \
+        "(errors and timeouts score 0)"  # fmt: skip
+    unreadable = {"critic/score/mean": 0.0, "response_length/clip_ratio": 0.0}
+    unread = measured_no_signal_causes(unreadable, ["abc", "x y"], cfg)
+    assert unread == ["no response had an answer reward 'exact' can read"]
+    assert measured_no_signal_causes(unreadable, ["abc", "12"], cfg) == []  # a number: readable; causes unknown
+    assert "too easy" in measured_no_signal_causes({"critic/score/mean": 1.0}, ["12"], cfg)[0]
 
 
 def test_a_step_with_signal_resets_the_count(tmp_path):
     trainer = Trainer(_config(tmp_path))
     for frac in (1.0, 1.0, 0.5, 1.0, 1.0):
-        trainer._warn_if_no_signal(0, frac)
+        trainer._warn_if_no_signal(0, {"batch/degenerate_frac": frac}, [])
     assert trainer.no_signal_warning is None
 
 

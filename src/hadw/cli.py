@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from hadw.errors import UserError
+from hadw.errors import UserError, missing_extra
 
 app = typer.Typer(
     name="hadw",
@@ -20,17 +20,21 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-# Modules exposing `register(app: typer.Typer) -> None`. Imported lazily in `main` so that
-# `import hadw.cli` stays cheap.
-# Listed in `hadw --help` in this order: the main job first.
-COMMAND_MODULES: list[str] = [
-    "hadw.train.cli",  # train, sft
-    "hadw.eval.cli",  # eval, probe
-    "hadw.experiments.cli",  # compare, demo, plot
-    "hadw.theory.cli",  # bias
-    "hadw.sim.cli",  # sim
-    "hadw.data.cli",  # data list / download
-]
+# Modules exposing `register(app: typer.Typer) -> None`, with the commands each registers. Imported lazily in
+# `main` so that `import hadw.cli` stays cheap. Listed in `hadw --help` in this order: the main job first.
+# A module whose optional packages are missing (the base install has torch, numpy, scipy, typer, rich)
+# registers its commands as one-line "pip install 'hadw[extra]'" errors instead, so `hadw --help` always works.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "hadw.train.cli": ("train", "sft"),
+    "hadw.eval.cli": ("eval", "probe"),
+    "hadw.experiments.cli": ("compare", "demo", "plot"),
+    "hadw.theory.cli": ("bias",),
+    "hadw.sim.cli": ("sim",),
+    "hadw.data.cli": ("data",),
+}
+# The extra each command needs in full (pyproject.toml); a command not listed needs the base install only.
+COMMAND_EXTRAS = {"train": "train", "sft": "train", "compare": "train", "demo": "train", "plot": "train",
+                  "eval": "eval", "probe": "eval", "data": "eval", "sim": "theory", "bias": "theory"}  # fmt: skip
 
 
 # OS errors a user fixes (a path, a permission, a full disk), shown as one line like a UserError.
@@ -48,7 +52,7 @@ def user_error_line(err: BaseException) -> str | None:
     return None
 
 
-def handle_user_errors(fn):
+def handle_user_errors(fn, command: str | None = None):
     """Wrap a command: a user error prints one line and exits with its code (2); HADW_DEBUG=1 re-raises
     it with the traceback. Applied to every registered command, so no command handles errors itself."""
 
@@ -59,6 +63,8 @@ def handle_user_errors(fn):
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as err:
+            name = command or fn.__name__
+            err = missing_extra(err, f"hadw {name}", COMMAND_EXTRAS.get(name)) or err
             line = user_error_line(err)
             if line is None or os.environ.get("HADW_DEBUG") == "1":
                 raise
@@ -71,14 +77,38 @@ def handle_user_errors(fn):
 def build_app() -> typer.Typer:
     if any(info.name == "version" for info in app.registered_commands):  # built already
         return app
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(app)
+    for module_name, commands in COMMAND_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            if missing_extra(err) is None:
+                raise
+            for command in commands:
+                _register_missing(command, err)
+            continue
+        module.register(app)
     app.command("version")(version)
     for info in app.registered_commands:
         if not getattr(info.callback, "_hadw_wrapped", False):
-            info.callback = handle_user_errors(info.callback)
+            info.callback = handle_user_errors(info.callback, info.name or info.callback.__name__)
             info.callback._hadw_wrapped = True  # type: ignore[attr-defined]
     return app
+
+
+def _register_missing(command: str, err: ImportError) -> None:
+    """`hadw COMMAND ...` as a one-line error naming the extra its module needs (listed in --help as such)."""
+    problem = missing_extra(err, f"hadw {command}", COMMAND_EXTRAS.get(command))
+
+    def missing(ctx: typer.Context) -> None:
+        raise problem
+
+    missing.__name__ = command
+    app.command(
+        command,
+        help=f"(not installed: {problem})",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+        add_help_option=False,
+    )(missing)
 
 
 @app.callback()
@@ -118,7 +148,7 @@ def main() -> None:
         print("aborted", file=sys.stderr)
         sys.exit(1)
     except Exception as err:  # raised outside a command (or with HADW_DEBUG=1)
-        line = user_error_line(err)
+        line = user_error_line(missing_extra(err, "hadw") or err)
         if line is None or debug:
             raise
         print(f"{getattr(err, 'prefix', 'error: ')}{line}", file=sys.stderr)

@@ -63,6 +63,14 @@ def compute_advantages(
     return ADVANTAGE_ESTIMATORS[estimator](rewards, group_ids, **options)
 
 
+def scale_advantages(advantages: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """Every advantage times `scale`: the step-size control for HA-DW's λ (a GRPO arm whose advantages are
+    scaled as much as Φ scales them on average separates "a larger step" from re-weighting).
+
+    advantages: [N]; returns [N] (the same tensor when scale == 1, so the default path is bit-for-bit)."""
+    return advantages if scale == 1.0 else advantages * scale
+
+
 def _ddof(std: StdKind) -> int:
     if std not in ("population", "sample"):
         raise ValueError(f"std must be 'population' or 'sample', got {std!r}")

@@ -2,7 +2,7 @@
 
     options = HADWOptions(enabled=True, lam=1.3, anchor="kalman", anchor_options={"m": 10})
     anchor = options.make_anchor()                    # validated when the options are built
-    out = apply_hadw(adv, correct, groups, anchor, options.lam, options.enabled)
+    out = apply_hadw(adv, correct, groups, anchor, options.lam, options.enabled, normalize=options.normalize)
 
 The native config (`hadw.*`), TRL's `HADWGRPOConfig` (`hadw_*`) and verl's `algorithm.hadw.*` keep their
 ecosystems' spellings and each builds one of these, so a value means the same everywhere and is validated in
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hadw.core.anchors import ANCHORS, Anchor, make_anchor
-from hadw.core.weighting import DEFAULT_LAMBDA
+from hadw.core.weighting import DEFAULT_LAMBDA, NORMALIZE
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,20 @@ class HADWOptions:
     """enabled: rescale advantages by Φ (False: the base algorithm's advantages, the anchor still tracks);
     lam: λ_scale of Φ = λ·exp(D·M); anchor: the kind (`hadw.core.ANCHORS`); anchor_options: that kind's
     constructor arguments (missing ones take the anchor's defaults); correct_threshold: a response is correct
-    when its correctness score is above this (p̂ and the batch accuracy count correct responses)."""
+    when its correctness score is above this (p̂ and the batch accuracy count correct responses); normalize:
+    "none" (the paper's Φ) | "batch" (Φ rescaled to mean 1 over the batch's informative responses:
+    re-weighting only, λ cancels; hadw.core.weighting.normalize_weights)."""
 
     enabled: bool = False
     lam: float = DEFAULT_LAMBDA
     anchor: str = "window"
     anchor_options: Mapping[str, Any] = field(default_factory=dict)
     correct_threshold: float = 0.5
+    normalize: str = "none"
 
     def __post_init__(self):
+        if self.normalize not in NORMALIZE:
+            raise ValueError(f"HA-DW normalize={self.normalize!r} is not allowed; allowed: {', '.join(NORMALIZE)}")
         if self.anchor not in ANCHORS:
             raise ValueError(f"HA-DW anchor {self.anchor!r} is not allowed; allowed: {', '.join(ANCHORS)}")
         if not self.lam > 0:

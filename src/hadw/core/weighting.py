@@ -20,6 +20,9 @@ from hadw.core.anchors import Anchor, KeyedAnchor, PromptAnchor
 from hadw.core.groups import GroupIndex, group_mean
 
 DEFAULT_LAMBDA = 1.3  # paper Table 7's best; the authors' code hard-codes 1.5
+# How Φ is scaled after eq. 17: "none" (the paper: Φ = λ·exp(D·M)) | "batch" (Φ divided by its mean over the
+# batch's informative responses, Â ≠ 0: HA-DW as pure re-weighting, the step size of the base algorithm kept).
+NORMALIZE = ("none", "batch")
 
 
 def hadw_weights(
@@ -34,6 +37,25 @@ def hadw_weights(
     """
     # D·M = −sgn(Â)·sgn(diff)·|diff| = −sgn(Â)·diff: one exp of one product, no branches.
     return torch.exp(torch.sign(advantages) * (anchor - p_hat)).mul_(lam)
+
+
+def normalize_weights(weights: torch.Tensor, advantages: torch.Tensor, normalize: str = "none") -> torch.Tensor:
+    """Φ rescaled as `normalize` says (see NORMALIZE).
+
+    weights: [N] Φ; advantages: [N] Â (Φ only acts where Â ≠ 0, so only those responses set the mean).
+    returns: [N]; "batch": mean 1 over the informative responses (λ cancels: it is a global factor of Φ)
+    and exactly 1 on the others (where Φ multiplies Â = 0); unchanged when no response is informative.
+    """
+    if normalize == "none":
+        return weights
+    if normalize != "batch":
+        raise ValueError(f"HA-DW normalize={normalize!r} is not allowed; allowed: {', '.join(NORMALIZE)}")
+    active = advantages != 0
+    count = int(torch.count_nonzero(active))
+    if count == 0:
+        return weights
+    mean = weights[active].sum(dtype=torch.float64) / count
+    return torch.where(active, weights / mean.to(weights.dtype), torch.ones_like(weights))
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,7 @@ def apply_hadw(
     lam: float = DEFAULT_LAMBDA,
     enabled: bool = True,
     keys: Sequence[Any] | None = None,
+    normalize: str = "none",
 ) -> HADWResult:
     """Rescale one rollout batch's advantages; updates `anchor` exactly once.
 
@@ -93,6 +116,8 @@ def apply_hadw(
     groups:      [N] prompt of each response, or the batch's GroupIndex (e.g. GroupAdvantages.groups)
     keys:        N labels, one per response, for the anchors that need them (anchor.needs_keys):
                  difficulty level (per_level), data source (per_source) or prompt id (per_prompt)
+    normalize:   "none" (the paper's Φ) | "batch" (Φ / its mean over the informative responses; see
+                 normalize_weights): relative weights only, so λ and the batch's mean Φ no longer scale the step
     With enabled=False the anchor still tracks accuracy (so it can be logged) and Φ = 1 everywhere.
     """
     correctness = correctness.to(torch.float32)
@@ -113,7 +138,11 @@ def apply_hadw(
     if not enabled:
         ones = torch.ones_like(advantages)
         return HADWResult(advantages, ones, {"hadw/anchor": c_log, "hadw/batch_accuracy": batch_accuracy})
-    weights = hadw_weights(advantages, p_hat.to(advantages.dtype), c, lam)
-    metrics = weight_metrics(weights, advantages, lam, c_log)
+    weights = normalize_weights(hadw_weights(advantages, p_hat.to(advantages.dtype), c, lam), advantages, normalize)
+    # a normalised Φ has mean 1 over the informative responses: it is "boosted" / "damped" relative to 1, not λ
+    metrics = weight_metrics(weights, advantages, lam if normalize == "none" else 1.0, c_log)
+    if normalize != "none" and bool((advantages != 0).any()):  # min / max over the responses Φ acts on
+        phi_min, phi_max = torch.aminmax(weights[advantages != 0])
+        metrics |= {"hadw/phi_min": float(phi_min), "hadw/phi_max": float(phi_max)}
     metrics["hadw/batch_accuracy"] = batch_accuracy
     return HADWResult(advantages * weights, weights, metrics)

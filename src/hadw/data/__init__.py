@@ -10,9 +10,11 @@ from hadw.data.layouts import LAYOUTS, PAPER_SUFFIX, FieldMap, Layout, detect_la
 from hadw.data.problem import DatasetError, Problem
 from hadw.data.sources import (
     EVAL_SEED_OFFSET,
+    Recipe,
     SourceSpec,
     default_data_dir,
     default_data_dirs,
+    default_recipe,
     download,
     load_problems,
     make_fields,
@@ -34,6 +36,7 @@ __all__ = [
     "HubDataset",
     "Layout",
     "Problem",
+    "Recipe",
     "SourceSpec",
     "Task",
     "TaskStream",
@@ -41,6 +44,7 @@ __all__ = [
     "column_operations",
     "default_data_dir",
     "default_data_dirs",
+    "default_recipe",
     "detect_layout",
     "download",
     "extract_answer",

@@ -38,6 +38,26 @@ EVAL_SEED_OFFSET = 99_991  # evaluation items of a built-in task come from a dis
 HUB_FILE = "from_hub.jsonl"  # what `hadw data download NAME` writes in <dir>/<NAME>/ (the Hub's field names)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a source is prompted and scored when the user names nothing: one home for train, eval and probe."""
+
+    template: str  # hadw.data.TEMPLATES name
+    reward: str  # registered reward name (hadw.rewards)
+    max_new_tokens: int  # room for an answer (eval / probe; the trainer has rollout.max_new_tokens)
+
+
+# A built-in task: bare "47+38=" prompts, exact match, a few tokens (what the tiny model is trained on).
+TASK_RECIPE = Recipe("plain", "exact", 16)
+# Any dataset: the paper's instruction (think step by step, \boxed{}), math-verify, room for a chain of thought.
+DATASET_RECIPE = Recipe("paper", "math", 2048)
+
+
+def default_recipe(spec: str) -> Recipe:
+    """The default recipe of a source spec ("task:sums" -> TASK_RECIPE, anything else -> DATASET_RECIPE)."""
+    return TASK_RECIPE if spec.startswith("task:") else DATASET_RECIPE
+
+
 def user_data_dir() -> Path:
     """($XDG_CACHE_HOME or ~/.cache)/hadw/data: where downloads go by default."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -51,6 +51,39 @@ LevelFieldOption = typer.Option("--level-field", help="Your data's difficulty-le
 TrustOption = typer.Option("--trust-remote-code", help="Run the model repository's own code (if you trust it).")
 
 
+ModelArgument = typer.Argument(
+    help="A model folder (any HF causal LM), a Hub id, or a run folder of `hadw train`: then the run's own data, "
+    "template, chat template, fields, reward and answer length are the defaults (each option still overrides)."
+)
+
+
+def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit,
+              seed):  # fmt: skip
+    """MODEL as a run folder: its recipe (hadw.eval.run_recipe) fills every option left at its default."""
+    from hadw.eval.run_recipe import is_run_dir, read_run
+
+    if not is_run_dir(model):
+        if not data:
+            message = "give at least one --data source (or a run folder as MODEL)"
+            raise typer.BadParameter(message, param_hint="'--data'")
+        return model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    run = read_run(model)
+    task = run.data.startswith("task:")
+    return (
+        str(run.model),
+        data or [run.data],
+        data_dir if data_dir is not None else (run.data_dir or None),
+        run.template if template == "auto" else template,
+        run.reward if reward == "auto" else reward,
+        max_new_tokens or run.max_new_tokens,
+        run.chat_template if chat_template == "auto" else chat_template,
+        fields if any(fields) else run.fields,
+        levels if levels is not None or not (task and run.levels) else ",".join(map(str, run.levels)),
+        limit if limit is not None else run.eval_size,  # the held-out items the trainer scored
+        seed if seed != 0 else run.seed,  # a task's held-out items follow the run's seed
+    )
+
+
 def _load_sources(
     data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed, field_names=(None, None, None)
 ):
@@ -139,8 +172,8 @@ def _bar(total: int, desc: str):
 
 
 def eval_cmd(
-    model: Annotated[str, typer.Argument(help="A model folder (any HF causal LM, a run's final_model/) or a Hub id.")],
-    data: Annotated[list[str], DataOption],
+    model: Annotated[str, ModelArgument],
+    data: Annotated[list[str] | None, DataOption] = None,
     data_dir: Annotated[str | None, DataDirOption] = None,
     prompt_field: Annotated[str | None, PromptFieldOption] = None,
     answer_field: Annotated[str | None, AnswerFieldOption] = None,
@@ -199,6 +232,9 @@ def eval_cmd(
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     fields = (prompt_field, answer_field, level_field)
+    model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
+        model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
@@ -241,8 +277,8 @@ def eval_cmd(
 
 
 def probe_cmd(
-    model: Annotated[str, typer.Argument(help="A model folder or a Hub id.")],
-    data: Annotated[list[str], DataOption],
+    model: Annotated[str, ModelArgument],
+    data: Annotated[list[str] | None, DataOption] = None,
     data_dir: Annotated[str | None, DataDirOption] = None,
     prompt_field: Annotated[str | None, PromptFieldOption] = None,
     answer_field: Annotated[str | None, AnswerFieldOption] = None,
@@ -281,8 +317,8 @@ def probe_cmd(
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
+    from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
-    from hadw.experiments.plots import plot_probe
 
     try:
         edge_list = [float(e) for e in edges.split(",")]
@@ -294,6 +330,9 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     fields = (prompt_field, answer_field, level_field)
+    model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
+        model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
+    )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     n = groups * group_size + reference

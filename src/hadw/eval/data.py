@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hadw.data import FieldMap, Problem, load_problems
+from hadw.data import FieldMap, Problem, default_recipe, load_problems
 
 DEFAULT_TASK_SIZE = 200
 
@@ -49,11 +49,11 @@ def load_source(
         problems = list(load_problems(spec, levels=levels, seed=seed, held_out=True, limit=limit or DEFAULT_TASK_SIZE))
     else:
         problems = list(load_problems(spec, fields, data_dir, limit))
-    defaults = ("plain", "exact", 16) if is_task else ("paper", "math", 2048)
+    recipe = default_recipe(spec)  # the trainer resolves data.template / reward.functions the same way
     return EvalSource(
         spec,
         problems,
-        defaults[0] if template == "auto" else template,
-        defaults[1] if reward == "auto" else reward,
-        max_new_tokens or defaults[2],
+        recipe.template if template == "auto" else template,
+        recipe.reward if reward == "auto" else reward,
+        max_new_tokens or recipe.max_new_tokens,
     )

@@ -190,12 +190,15 @@ class EvalResult:
     sampled: list[list[float]] | None  # [num_problems, k] at `temperature`, None when k = 1
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)  # every completion, greedy then sampled, per source
+    # source name -> how it was prompted and scored: {"template", "reward", "max_new_tokens"}
+    recipes: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "k": self.k,
             "temperature": self.temperature,
             "sources": self.sources,
+            "recipes": self.recipes,
             "buckets": self.buckets,
             "stats": self.stats,
         }
@@ -271,4 +274,5 @@ def evaluate_sources(
         sampled if sample else None,
         stats,
         runs["greedy"][0] + runs["sampled"][0],
+        {s.name: {"template": s.template, "reward": s.reward, "max_new_tokens": s.max_new_tokens} for s in sources},
     )

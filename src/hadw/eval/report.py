@@ -92,8 +92,10 @@ def interval_cell(iv, digits: int = 3, signed: bool = False) -> str:
     return f"{f(iv.mean)} [{f(iv.low)}, {f(iv.high)}]" if iv.n > 1 else f"{f(iv.mean)} (n=1)"
 
 
-def compare_rows(result, metric_name: str = M.GREEDY) -> tuple[list[str], list[list[str]]]:
-    """One row per bucket: each arm's mean [CI] over seeds, then each arm − baseline, paired by seed, with p."""
+def compare_rows(result, metric_name: str = M.GREEDY, primary: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """One row per bucket: each arm's mean [CI] over seeds, then each arm − baseline, paired by seed, with p and the
+    minimal detectable effect at 80 % power for that n and observed SD (MDE). With `primary` (a final key such as
+    "val/all/avg@4") a last column names that row the primary comparison and every other row exploratory."""
     keys = sorted(
         (k for k in result.metrics if M.split_val_key(k)[1] == metric_name),
         key=lambda k: bucket_order(M.split_val_key(k)[0]),
@@ -104,6 +106,8 @@ def compare_rows(result, metric_name: str = M.GREEDY) -> tuple[list[str], list[l
         *(f"{a} (n)" for a in result.arms),
         *(f"{a} − {result.baseline} [paired]" for a in others),
         *(f"p ({a})" for a in others),
+        *(f"MDE ({a})" for a in others),
+        *(["role"] if primary else []),
     ]
     rows = []
     for key in keys:
@@ -112,6 +116,9 @@ def compare_rows(result, metric_name: str = M.GREEDY) -> tuple[list[str], list[l
         cells += [f"{interval_cell(m.arms.get(a))} ({m.arms[a].n})" if a in m.arms else "—" for a in result.arms]
         cells += [interval_cell(m.diffs[a].diff, signed=True) if a in m.diffs else "—" for a in others]
         cells += [fmt(m.diffs[a].p_value) if a in m.diffs else "—" for a in others]
+        cells += [fmt(m.diffs[a].mde) if a in m.diffs else "—" for a in others]
+        if primary:
+            cells.append("**primary**" if key == primary else "exploratory")
         rows.append(cells)
     return headers, rows
 

@@ -16,6 +16,17 @@ from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
 
 
+def primary_metric_key(primary: str | None, metrics: list[str]) -> str:
+    """The final key ("val/<bucket>/<metric>") of the primary comparison: `primary` as BUCKET/METRIC, or by
+    default the "all" bucket of the first avg@K metric (the expected accuracy a sampled answer has), else of the
+    first metric."""
+    if primary:
+        bucket, _, name = primary.rpartition("/")
+        return M.val_key(bucket or M.ALL, name)
+    avg = [m for m in metrics if m.startswith("avg@")]
+    return M.val_key(M.ALL, (avg or metrics)[0])
+
+
 def compare_cmd(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Base YAML config of every run.")] = None,
     arm: Annotated[
@@ -58,6 +69,11 @@ def compare_cmd(
         float, typer.Option("--confidence", help="Confidence level of the intervals, in (0, 1).")
     ] = 0.95,
     method: Annotated[str, typer.Option("--interval", help="t (Student t over seeds) | bootstrap (percentile).")] = "t",
+    primary: Annotated[
+        str | None,
+        typer.Option("--primary", help="The one primary comparison, BUCKET/METRIC (e.g. all/avg@4); every other row "
+                     "is labelled exploratory. Default: all/<the first avg@K of --metric>, else all/<first metric>."),
+    ] = None,
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
@@ -108,13 +124,23 @@ def compare_cmd(
         raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
     if not result.metrics:
         raise typer.BadParameter(f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'")
+    primary_key: str | None = primary_metric_key(primary, metric)
+    if primary_key not in result.metrics:
+        if primary:
+            raise typer.BadParameter(f"{primary!r} is not among the final metrics {sorted(result.metrics)}",
+                                     param_hint="'--primary'")  # fmt: skip
+        primary_key = None  # no "all" bucket of the default metric: no row is marked
     png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
     sections = []
+    legend = (f"Primary comparison: `{primary_key}`; every other row is exploratory. " if primary_key else "") + (
+        "MDE: the smallest true difference these seeds detect with 80 % power (paired t, α = 0.05) at the observed "
+        "SD of the differences.")  # fmt: skip
     for name in metric:
-        headers, rows = compare_rows(result, name)
-        sections.append(f"## final {name}\n\n" + markdown_table(headers, rows))
+        headers, rows = compare_rows(result, name, primary_key)
+        sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))
         if json_path != "-":
-            Console().print(rich_table(f"final {name}: mean [{confidence:.0%} {method} CI] over seeds", headers, rows))
+            title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
+            Console().print(rich_table(title, headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
     (out / "compare.md").write_text(
@@ -124,8 +150,9 @@ def compare_cmd(
         + f"\n![curves]({png.name})\n",
         encoding="utf-8",
     )
-    (out / "compare.json").write_text(json.dumps(jsonable(result.to_dict()), indent=1) + "\n", encoding="utf-8")
-    _write_json(json_path, result.to_dict())
+    data = {**result.to_dict(), "primary": primary_key}
+    (out / "compare.json").write_text(json.dumps(jsonable(data), indent=1) + "\n", encoding="utf-8")
+    _write_json(json_path, data)
     if json_path != "-":
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:

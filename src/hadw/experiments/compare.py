@@ -138,13 +138,13 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def run_status(run_dir: Path) -> str:
-    """ "finished" | "resume" (has a checkpoint) | "new"."""
+    """ "finished" | "resume" (has a checkpoint folder: the resume itself checks it, and refuses an unusable
+    one in one line rather than training over it) | "new"."""
     from hadw.train.checkpoint import checkpoint_dirs
 
     if is_finished(run_dir):
         return "finished"
-    # any checkpoint folder: --resume picks `latest` or the newest complete one (never starts over beside them)
-    return "resume" if run_dir.is_dir() and checkpoint_dirs(run_dir) else "new"
+    return "resume" if checkpoint_dirs(run_dir) else "new"
 
 
 def _check_same_config(spec: RunSpec, cfg) -> None:

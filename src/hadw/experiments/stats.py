@@ -92,8 +92,14 @@ class PairedDifference:
     seeds: list[int]
     p_value: float  # two-sided paired t-test (scipy.stats.ttest_rel); nan with < 2 pairs or zero spread
 
+    @property
+    def mde(self) -> float:
+        """The smallest true difference these n pairs detect with 80 % power at α = 0.05, given the observed SD
+        of the differences (minimal_detectable_effect; inf with < 2 pairs)."""
+        return minimal_detectable_effect(self.diff.n, self.diff.std)
+
     def to_dict(self) -> dict:
-        return {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value}
+        return {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value, "mde_80": self.mde}
 
 
 def paired_difference(
@@ -113,3 +119,45 @@ def paired_difference(
     if d.size > 1 and not np.all(d == d[0]):
         p_value = float(stats.ttest_rel(a, b).pvalue)
     return PairedDifference(interval(d, confidence, method), seeds, p_value)
+
+
+# ----------------------------------------------------------------------------------------------- power
+# Power of the two-sided paired t-test the reports use: with n pairs whose differences have SD `sd`, a true mean
+# difference `effect` gives the statistic a noncentral t distribution, df = n − 1, noncentrality effect·√n / sd.
+
+
+def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Probability that a two-sided paired t-test at level alpha rejects "no difference" with n pairs."""
+    if n < 2 or sd <= 0:
+        return float("nan")
+    df, nc = n - 1, abs(effect) * np.sqrt(n) / sd
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    power = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    if np.isnan(power):  # scipy's nct fails far in the tail (tiny df, large nc): the normal approximation there
+        power = float(stats.norm.sf(crit - nc) + stats.norm.cdf(-crit - nc))
+    return power
+
+
+def minimal_detectable_effect(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest |true difference| detected with probability `power` by n pairs of SD sd (inf for n < 2)."""
+    if n < 2 or not sd > 0:
+        return float("inf") if n < 2 else 0.0
+    from scipy.optimize import brentq
+
+    # power(crit + 5 standard errors) > 0.99 for every df: the root lies below it (and nct stays finite there)
+    high = (stats.t.ppf(1 - alpha / 2, n - 1) + 5.0) * sd / np.sqrt(n)
+    return float(brentq(lambda e: paired_power(e, sd, n, alpha) - power, 0.0, high))
+
+
+def seeds_needed(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, cap: int = 10**6) -> float:
+    """The fewest pairs (≥ 2) that detect a true difference `effect` with probability `power`; inf when
+    effect = 0 or more than `cap` would be needed."""
+    if effect == 0 or not sd > 0:
+        return float("inf") if effect == 0 else 2.0
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    n = max(2, int((z * sd / abs(effect)) ** 2) - 1)  # the normal approximation, from just below
+    if n > cap:
+        return float("inf")
+    while paired_power(effect, sd, n, alpha) < power:
+        n += 1
+    return float(n)

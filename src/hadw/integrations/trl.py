@@ -85,6 +85,13 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_correctness_threshold: float = field(
         default=0.5, metadata={"help": "A response is correct when its correctness reward is > this."}
     )
+    hadw_normalize: str = field(
+        default="none",
+        metadata={
+            "help": "none (the paper's Φ = λ·exp(D·M)) | batch (Φ rescaled to mean 1 over the batch's informative "
+            "responses: re-weighting only, λ cancels)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -107,6 +114,7 @@ class HADWGRPOConfig(GRPOConfig):
             self.hadw_anchor,
             self.hadw_anchor_options(),
             self.hadw_correctness_threshold,
+            normalize=self.hadw_normalize,
         )
 
 
@@ -177,7 +185,9 @@ class HADWGRPOTrainer(GRPOTrainer):
         advantages = self.accelerator.gather(local_advantages)
         opts = self.hadw_options
         keys = self._hadw_keys(inputs) if self.hadw_anchor.needs_keys else None
-        result = apply_hadw(advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled, keys=keys)
+        result = apply_hadw(
+            advantages, correct, group_ids, self.hadw_anchor, opts.lam, opts.enabled, keys, opts.normalize
+        )
 
         for name, value in result.metrics.items():
             self._metrics["train"][name].append(value)

@@ -11,7 +11,7 @@ from hadw.rollout.batch import RolloutBatch, RolloutEngine
 from hadw.rollout.engine import DECODERS, ENGINES, HFRolloutEngine, make_engine
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.logprobs import compute_logprobs, position_ids_from_mask, token_logprobs_from_logits
-from hadw.rollout.models import build_tiny_model, build_tiny_tokenizer, load_model
+from hadw.rollout.models import build_tiny_model, build_tiny_tokenizer, load_model, model_device, to_model_device
 from hadw.rollout.sampling import SamplingParams, sample_next_token, top_k_filter, top_p_filter
 
 __all__ = [
@@ -28,8 +28,10 @@ __all__ = [
     "fused_unsupported",
     "load_model",
     "make_engine",
+    "model_device",
     "position_ids_from_mask",
     "sample_next_token",
+    "to_model_device",
     "token_logprobs_from_logits",
     "top_k_filter",
     "top_p_filter",

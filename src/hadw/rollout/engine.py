@@ -23,6 +23,8 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
+from hadw.rollout.memory import rows_per_chunk
+from hadw.rollout.models import model_device
 from hadw.rollout.sampling import SamplingParams, sample_next_token
 
 
@@ -55,9 +57,12 @@ class HFRolloutEngine:
         tokenizer: PreTrainedTokenizerBase,
         max_batch_size: int | None = None,
         decoder: str = "auto",
+        memory_budget_gb: float | None = None,
     ):
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"HFRolloutEngine: max_batch_size={max_batch_size} must be >= 1 or None")
+        if memory_budget_gb is not None and not memory_budget_gb > 0:
+            raise ValueError(f"HFRolloutEngine: memory_budget_gb={memory_budget_gb} must be > 0 or None")
         if decoder not in DECODERS:
             raise ValueError(f"HFRolloutEngine: decoder={decoder!r}; allowed: {list(DECODERS)}")
         reason = fused_unsupported(model)
@@ -67,6 +72,9 @@ class HFRolloutEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        # Rows per chunk are also capped by the K/V cache and logits they need (hadw.rollout.memory);
+        # None: half of the memory available when a generate call starts.
+        self.memory_budget = None if memory_budget_gb is None else int(memory_budget_gb * 1024**3)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("HFRolloutEngine: tokenizer has neither pad_token_id nor eos_token_id")
@@ -87,13 +95,16 @@ class HFRolloutEngine:
         check_prompts(prompts)
         rows = [list(p) for p in prompts for _ in range(params.n)]
         prompt_ids, prompt_mask = left_pad(rows, self.pad_id)
-        device = self.model.device
+        device = model_device(self.model)
         stop_ids = set() if params.ignore_eos else self.eos_ids | set(params.stop_token_ids or [])
         stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         generator = torch.Generator(device=device).manual_seed(seed)
 
-        chunk = self.max_batch_size or len(rows)
+        chunk = min(
+            self.max_batch_size or len(rows),
+            rows_per_chunk(self.model, prompt_ids.shape[1] + params.max_new_tokens, self.memory_budget),
+        )
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling; restored below
         try:

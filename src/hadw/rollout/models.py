@@ -52,6 +52,20 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _CONFIGS = {"qwen2": Qwen2Config, "llama": LlamaConfig}
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where `model`'s parameters live: the one device every input of its forward must be on."""
+    return next(model.parameters()).device
+
+
+def to_model_device(model: torch.nn.Module, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`tensors` moved to `model`'s device: the one home of the host-to-device move (SFT, trainer, engine).
+
+    Tensors built from Python lists (token ids, masks, labels) start on the CPU; a model on a GPU needs them there.
+    """
+    device = model_device(model)
+    return tuple(t.to(device) for t in tensors)
+
+
 def _resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -214,19 +228,25 @@ def build_tiny_model(
     max_position_embeddings: int = 512,
     initializer_range: float = 0.02,
     seed: int = 0,
+    vocab_size: int | None = None,
 ) -> Path:
     """Build a random tiny causal LM + char tokenizer offline and `save_pretrained` both into out_dir.
 
     Defaults give a Qwen2 model of ~0.82 M parameters (vocabulary 260, tied embeddings).
     Weights depend only on `seed` (torch's global RNG is forked, so the caller's state is untouched).
     Returns out_dir; `load_model(out_dir)` reloads it like any checkpoint.
+    vocab_size: rows of the embedding and the head (None: the tokenizer's 260). A larger value gives a
+    real model's vocabulary-sized head and log-softmax (SmolLM2's 49 152) with the same tokenizer: ids past
+    the tokenizer's are never produced by it, but the model can sample them (they decode to nothing).
     """
     if arch not in _CONFIGS:
         raise ValueError(f"build_tiny_model: arch={arch!r}; allowed: {sorted(_CONFIGS)}")
     out = Path(out_dir)
     tokenizer = build_tiny_tokenizer()
+    if vocab_size is not None and vocab_size < len(tokenizer):
+        raise ValueError(f"build_tiny_model: vocab_size={vocab_size}; allowed: >= {len(tokenizer)} (the tokenizer's)")
     config = _CONFIGS[arch](
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,

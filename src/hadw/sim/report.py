@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hadw.experiments.stats import interval, paired_difference
+from hadw.experiments.stats import interval, paired_difference, seeds_needed
 from hadw.plotting import COLORS, save, subplots
-from hadw.sim.engine import SimResult
+from hadw.sim.engine import TINY_PAIRED_SD, SimResult
 
 
 def bucket_names(result: SimResult) -> list[str]:
@@ -18,8 +18,11 @@ def bucket_names(result: SimResult) -> list[str]:
     return [f"L{i + 1}" for i in range(len(result.settings.level_offsets))] + ["all"]
 
 
-def summary(result: SimResult, confidence: float = 0.95) -> dict:
-    """{arm: {bucket: {start, final: Interval, diff: PairedDifference vs the first arm}}} at the last step."""
+def summary(result: SimResult, confidence: float = 0.95, paired_sd: float = TINY_PAIRED_SD) -> dict:
+    """{arm: {bucket: {start, final: Interval, diff_vs_<base>: PairedDifference, seeds_needed}}} at the last step.
+
+    seeds_needed: the seeds a real run whose paired difference has SD `paired_sd` needs to detect the predicted
+    mean difference with 80 % power (two-sided paired t-test at 5 %); null when more than 10⁶ (or exactly 0)."""
     seeds = result.settings.seeds
     base = result.settings.arms[0]
     out: dict = {}
@@ -36,31 +39,37 @@ def summary(result: SimResult, confidence: float = 0.95) -> dict:
                 ref = result.curves[base][-1, :, j]
                 diff = paired_difference(dict(zip(seeds, final, strict=True)), dict(zip(seeds, ref, strict=True)))
                 row["diff_vs_" + base] = diff.to_dict()
+                needed = seeds_needed(diff.diff.mean, paired_sd)
+                row["seeds_needed"] = None if needed == float("inf") else int(needed)
             out[arm][bucket] = row
     return out
 
 
-def to_json(result: SimResult, confidence: float = 0.95) -> dict:
+def to_json(result: SimResult, confidence: float = 0.95, paired_sd: float = TINY_PAIRED_SD) -> dict:
     """Settings, timings, the summary and the mean curves (per arm: [records][buckets])."""
     return {
         "settings": asdict(result.settings),
         "seconds": result.seconds,
         "buckets": bucket_names(result),
         "steps": result.steps.tolist(),
-        "summary": summary(result, confidence),
+        "paired_sd": paired_sd,
+        "summary": summary(result, confidence, paired_sd),
         "mean_curves": {arm: c.mean(axis=1).round(5).tolist() for arm, c in result.curves.items()},
     }
 
 
-def rich_table(result: SimResult, confidence: float = 0.95):
-    """Final true accuracy per bucket: mean [CI] per arm, and each arm − the first arm, paired by seed."""
+def rich_table(result: SimResult, confidence: float = 0.95, paired_sd: float = TINY_PAIRED_SD):
+    """Final true accuracy per bucket: mean [CI] per arm, each arm − the first arm (paired by seed), and the seeds
+    a real run would need to detect that difference."""
     from rich.table import Table
 
     base = result.settings.arms[0]
-    summ = summary(result, confidence)
-    table = Table(title=f"hadw sim: true accuracy after {result.settings.steps} steps, "
-                  f"{len(result.settings.seeds)} seeds: mean ± {confidence:.0%} t half-width; "
-                  f"Δ = arm − {base}, paired by seed")
+    summ = summary(result, confidence, paired_sd)
+    s = result.settings
+    table = Table(title=f"hadw sim ({s.model}, {s.optimizer if s.model == 'softmax' else 'sgd'}): true accuracy after "
+                  f"{s.steps} steps, {len(s.seeds)} seeds: mean ± {confidence:.0%} t half-width; "
+                  f"Δ = arm − {base}, paired by seed; n = seeds a real run needs to detect Δ (80 % power, "
+                  f"paired SD {paired_sd:g})")
     table.add_column("arm")
     for bucket in bucket_names(result):
         table.add_column(bucket, justify="right")
@@ -74,7 +83,8 @@ def rich_table(result: SimResult, confidence: float = 0.95):
             cell = f"{iv['mean']:.3f} ± {(iv['high'] - iv['low']) / 2:.3f}"
             if arm != base:
                 d = row["diff_vs_" + base]["diff"]
-                cell += f"  Δ {d['mean']:+.3f} ± {(d['high'] - d['low']) / 2:.3f}"
+                needed = row["seeds_needed"]
+                cell += f"  Δ {d['mean']:+.4f} ± {(d['high'] - d['low']) / 2:.4f} n {needed or '>1e6'}"
             cells.append(cell)
         table.add_row(arm, *cells)
     return table

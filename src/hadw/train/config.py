@@ -19,7 +19,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, HADWOptions, LossSpec
+from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE, HADWOptions, LossSpec
 from hadw.core.anchors import BASE_ANCHORS
 from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
@@ -89,7 +89,9 @@ class DataConfig:
     # Where benchmark files live; empty = $HADW_SHARED_DATA, then
     # ~/.cache/hadw/data (never the current directory).
     data_dir: str = ""
-    template: str = "plain"  # prompt template name (see hadw.data.TEMPLATES); "paper" for real models
+    # Prompt template name (see hadw.data.TEMPLATES) or a format string with {question}. auto = the source's
+    # default, the same one `hadw eval` / `hadw probe` use: plain for task: sources, paper for every dataset.
+    template: str = "auto"
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
@@ -104,9 +106,11 @@ class RewardConfig:
     # Weighted reward functions: registered names (math, math_any, exact, format; see hadw.rewards) or
     # import paths "my_pkg.rewards:accuracy" with TRL's signature f(prompts, completions, **columns).
     # The total reward drives the advantages.
-    functions: list[str] = field(default_factory=lambda: ["exact"])
+    # Empty = the source's default verifier, as `hadw eval` scores it: exact for task: sources, math else.
+    functions: list[str] = field(default_factory=list)
     weights: list[float] | None = None  # None = all 1.0
-    correctness: str = "exact"  # which function is the 0/1 correctness signal HA-DW reads
+    # Which function is the 0/1 correctness signal HA-DW reads; empty = the first of `functions` (as TRL).
+    correctness: str = ""
     timeout_s: float = 5.0  # per-item timeout of every reward (> 0); a hang scores 0 and is counted
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
@@ -158,6 +162,9 @@ class AlgorithmConfig:
     # L of aggregation=seq-mean-token-sum-norm (Dr. GRPO): a constant, so a response's weight does not
     # change with each batch's longest response; None = rollout.max_new_tokens (verl's loss_scale_factor).
     norm_length: int | None = None
+    # Every advantage (after HA-DW's Φ) times this: the step-size control for λ. 1 = unchanged. Under SGD a
+    # factor c is a c-times larger step; under AdamW with no KL / entropy term it cancels (Adam is scale-free).
+    advantage_scale: float = 1.0
 
     def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
         """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
@@ -195,6 +202,9 @@ class HADWConfig:
     kalman_eta_min: float = 0.2  # kalman: floor of the gain η_t, so the anchor tracks (0 = the paper as printed)
     ema_alpha: float = 0.2  # ema: weight of the newest batch accuracy
     fixed_value: float = 0.5  # fixed: the constant anchor (0.5 = the theory's pivot, where the bias changes sign)
+    # none (the paper: Φ = λ·exp(D·M)) | batch (Φ rescaled to mean 1 over the batch's informative responses:
+    # HA-DW as pure re-weighting, so neither λ nor the batch's mean Φ changes the step size)
+    normalize: str = "none"
 
     def anchor_options(self) -> dict[str, Any]:
         """The chosen anchor kind's options, from the fields above."""
@@ -217,14 +227,21 @@ class HADWConfig:
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""
-        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options())
+        return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options(), normalize=self.normalize)
 
 
 @dataclass
 class OptimConfig:
+    # adamw (the paper's; scale-free, so a constant factor on every advantage cancels) | sgd (plain SGD, no
+    # momentum: the step is proportional to the gradient, so λ and advantage_scale act as learning rates).
+    # betas apply to adamw only; weight_decay to both (SGD's is coupled: added to the gradient).
+    name: str = "adamw"
     lr: float = 1e-4  # the tiny CPU setting; the paper (examples/math_grpo_hadw.yaml) uses 1e-6
     weight_decay: float = 0.0  # AdamW's decoupled weight decay (the paper: 0.1)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
+    # AdamW's ε in m̂/(√v̂ + ε) (torch's default). It is what breaks Adam's scale invariance: a gradient scaled by
+    # λ gives the same step up to ε, so a constant factor on the advantages only matters where √v̂ is near ε.
+    eps: float = 1e-8
     warmup_steps: int = 5  # optimiser steps of linear warm-up (the paper: 10)
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off; paper: 1.0)
 
@@ -354,8 +371,21 @@ def load_config(
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except Exception as err:  # an interpolation that cannot resolve (only with interpolate=True)
         raise ConfigError(f"cannot resolve the config: {' '.join(str(err).split())[:300]}") from None
+    cfg = resolve_recipe(cfg)
     validate(cfg)
     return cfg
+
+
+def resolve_recipe(cfg: Config) -> Config:
+    """cfg with its "auto" prompt recipe made explicit, once, so the run's config.yaml says what ran and
+    `hadw eval RUN_DIR` scores the same way: data.template, reward.functions and reward.correctness."""
+    from hadw.data import default_recipe
+
+    recipe = default_recipe(cfg.data.source)
+    data = replace(cfg.data, template=recipe.template) if cfg.data.template == "auto" else cfg.data
+    functions = list(cfg.reward.functions) or [recipe.reward]
+    correctness = cfg.reward.correctness or functions[0]
+    return replace(cfg, data=data, reward=replace(cfg.reward, functions=functions, correctness=correctness))
 
 
 # A real config holds a few hundred values; far more is a YAML alias bomb ("billion laughs").
@@ -607,6 +637,9 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, ("k1", "k2", "k3"))
     _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
     _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
+    _choice("hadw.normalize", cfg.hadw.normalize, NORMALIZE)
+    _choice("optim.name", cfg.optim.name, ("adamw", "sgd"))
+    _range("algorithm.advantage_scale", a.advantage_scale, 1e-6, 1e6)
     _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
     _check_template(cfg.data.template)
     _check_data_fields(cfg.data)
@@ -623,6 +656,7 @@ def validate(cfg: Config) -> None:
     _above("optim.lr", cfg.optim.lr, 0.0)
     _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
     _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
+    _range("optim.eps", cfg.optim.eps, 0.0, 1.0)
     _range("optim.weight_decay", cfg.optim.weight_decay, 0.0, 1e9)
     _range("optim.warmup_steps", cfg.optim.warmup_steps, 0, 1 << 30)
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
@@ -737,4 +771,18 @@ def _check_reward(key: str, name: str, isolated: bool) -> None:
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(_serialisable(cfg)))
+    """The run's config.yaml: every setting that applies to this run (tiny-model keys are left out of a run
+    from a model.path, data.levels out of a run on a dataset: they would do nothing there)."""
+    tree = OmegaConf.to_container(OmegaConf.structured(_serialisable(cfg)))
+    for key in inert_keys(cfg):
+        section, name = key.split(".")
+        tree[section].pop(name, None)
+    return OmegaConf.to_yaml(tree)
+
+
+def inert_keys(cfg: Config) -> list[str]:
+    """Settings that cannot affect this run (tiny-model settings with a model.path; levels without a task)."""
+    keys = ["model.tiny"] if cfg.model.path else []
+    if not any(s.startswith("task:") for s in (cfg.data.source, cfg.data.eval_source)):
+        keys.append("data.levels")
+    return keys

@@ -17,6 +17,7 @@ import torch
 from hadw.data import FieldMap, Problem, load_problems, render_prompt, split_held_out
 from hadw.eval.evaluate import evaluate
 from hadw.progress import Bar
+from hadw.rollout.models import to_model_device
 
 
 @dataclass
@@ -90,7 +91,7 @@ def sft_warm_start(
     bar = Bar(cfg.max_steps, "sft", enabled=progress)
     for step in range(1, cfg.max_steps + 1):
         batch = [train_stream[rng.randrange(draw)] for _ in range(cfg.batch_size)]
-        ids, mask, labels = _encode(tokenizer, batch, cfg.template)
+        ids, mask, labels = to_model_device(model, *_encode(tokenizer, batch, cfg.template))
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -3,7 +3,7 @@
 One step, top to bottom (docs/method.md, "the product in one picture"):
     prompts → rollouts (G per prompt) → rewards → group advantages → HA-DW weights (anchor updated once,
     from every response of the batch) → [DAPO: keep non-degenerate groups] → PPO-style epochs over
-    mini-batches with AdamW → metrics, samples, checkpoint.
+    mini-batches with AdamW (optim.name=sgd: plain SGD) → metrics, samples, checkpoint.
 """
 
 from __future__ import annotations
@@ -26,18 +26,19 @@ import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss
+from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss, scale_advantages
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
-from hadw.data import Problem, render_prompt
+from hadw.data import Problem, extract_answer, render_prompt
 from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.loader import FailureWatch
+from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.rollout.models import is_hub_id, model_load_error
+from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, open_append
 from hadw.train.checkpoint import (
     CheckpointError,
@@ -49,7 +50,7 @@ from hadw.train.checkpoint import (
     resume_checkpoint,
     save_checkpoint,
 )
-from hadw.train.config import Config, ConfigError, config_to_yaml
+from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
@@ -136,8 +137,41 @@ def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
 
+def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
+    """optim.name's optimiser over the model's parameters: AdamW (the default, as before) or plain SGD."""
+    o = cfg.optim
+    fused = device.type in ("cpu", "cuda")  # one kernel, no per-step copies of every weight (as TRL)
+    if o.name == "sgd":  # no momentum: the step is lr × gradient, so a factor on the advantages is a factor on it
+        return torch.optim.SGD(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+    betas = tuple(o.betas)
+    return torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused
+    )
+
+
 def warmup_lambda(warmup_steps: int):
     return lambda n: min(1.0, (n + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+def measured_no_signal_causes(metrics: dict[str, float], texts: list[str], cfg: Config) -> list[str]:
+    """What this batch shows about why every group is degenerate: reward failures, every answer right,
+    truncation, or no answer the verifier can read. Empty when none of these was measured."""
+    causes = []
+    failed = metrics.get(M.REWARD_ERRORS, 0.0) + metrics.get(M.REWARD_TIMEOUTS, 0.0)
+    if failed:
+        causes.append(f"the reward failed on {failed:.0f} of {len(texts)} responses (errors and timeouts score 0)")
+    if texts and metrics.get(M.SCORE_MEAN, 0.0) >= 1.0:
+        causes.append("every response was correct: the prompts are too easy for this model")
+    clipped = metrics.get(M.RESPONSE_CLIP_RATIO, 0.0)
+    if clipped >= 0.5:
+        causes.append(f"{clipped:.0%} of responses were cut off at rollout.max_new_tokens={cfg.rollout.max_new_tokens}")
+    readable = {  # what the built-in verifiers read: a \boxed{} or "#### N" answer; exact also a bare integer
+        "math": lambda t: extract_answer(t) is not None,
+        "exact": lambda t: extract_answer(t) is not None or canonical_int(t) is not None,
+    }.get(cfg.reward.correctness)
+    if texts and readable is not None and not any(map(readable, texts)):
+        causes.append(f"no response had an answer reward {cfg.reward.correctness!r} can read")
+    return causes
 
 
 class Trainer:
@@ -153,7 +187,7 @@ class Trainer:
         """resume: continue from run_dir's latest checkpoint. overwrite: move a run already in run_dir
         aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
         difference raises RunDirError listing them)."""
-        self.cfg = cfg
+        self.cfg = cfg = resolve_recipe(cfg)  # a Config built in Python may still say "auto"
         self.run_dir = Path(cfg.train.output_dir)
         # Lock and check the folder before anything is written to it (init_model, logs).
         self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
@@ -181,7 +215,7 @@ class Trainer:
             model, tokenizer = self._load_model()
         _check_master_weights(model)
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         self.engine = HFRolloutEngine(
             model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
@@ -208,13 +242,7 @@ class Trainer:
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=cfg.optim.lr,
-            betas=tuple(cfg.optim.betas),
-            weight_decay=cfg.optim.weight_decay,
-            fused=self.device.type in ("cpu", "cuda"),  # one kernel, no per-step copies of every weight (as TRL)
-        )
+        self.optimizer = make_optimizer(model, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_lambda(cfg.optim.warmup_steps))
         self.start_step = 0
         # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
@@ -472,12 +500,13 @@ class Trainer:
             self.hadw.lam,
             enabled=self.hadw.enabled,
             keys=anchor_keys(self.anchor, rollout.problems),
+            normalize=self.hadw.normalize,
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
-        final = hadw.advantages
+        final = scale_advantages(hadw.advantages, a.advantage_scale)
         metrics |= {M.ADV_MEAN: float(final.mean()), M.ADV_MAX: float(final.max()), M.ADV_MIN: float(final.min())}
-        return hadw.advantages, metrics
+        return final, metrics
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         """PPO-style epochs over group-aligned mini-batches of the rollout batch; returns averaged metrics.
@@ -629,27 +658,31 @@ class Trainer:
         metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
         metrics[M.SKIPPED_PROMPTS] = getattr(self.source, "num_skipped", 0)  # rows over data.max_prompt_tokens
-        self._warn_if_no_signal(step, metrics[M.DEGENERATE_FRAC])
+        self._warn_if_no_signal(step, metrics, rollout.batch.response_texts)
         return metrics
 
     NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
 
-    def _warn_if_no_signal(self, step: int, degenerate_frac: float) -> None:
-        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all)."""
-        self._no_signal_streak = self._no_signal_streak + 1 if degenerate_frac >= 1.0 else 0
+    def _warn_if_no_signal(self, step: int, metrics: dict[str, float], texts: list[str]) -> None:
+        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all),
+        naming the cause the trainer measured on this batch when it knows one."""
+        self._no_signal_streak = self._no_signal_streak + 1 if metrics[M.DEGENERATE_FRAC] >= 1.0 else 0
         if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
             return
         self._warned_no_signal = True
         cfg = self.cfg
-        model = cfg.model.path or self.run_dir / "init_model"
-        message = (
-            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
-            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+        causes = measured_no_signal_causes(metrics, texts, cfg)
+        likely = "Measured on the last batch: " + "; ".join(causes) if causes else (
             "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
             "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
             f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
-            f"(reward.functions={list(cfg.reward.functions)}). Look at the completions: hadw eval {model} "
-            f"--data {cfg.data.source} --max-new-tokens {cfg.rollout.max_new_tokens} --samples samples.jsonl"
+            f"(reward.functions={list(cfg.reward.functions)})"
+        )
+        message = (
+            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
+            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
+            f"{likely}. Look at the completions (the run's own data, template and reward): "
+            f"hadw eval {self.run_dir} --limit 20 --samples samples.jsonl"
         )
         self.no_signal_warning = message
         print(message, file=sys.stderr, flush=True)

@@ -47,6 +47,7 @@ class VerlHADWConfig:
     anchor: str = "window"
     anchor_options: dict[str, Any] = field(default_factory=dict)
     correct_threshold: float = 0.5  # a response is correct when its outcome score is > this
+    normalize: str = "none"  # none (the paper's Φ) | batch (Φ to mean 1 over the informative responses)
     metrics_file: str | None = None  # append one JSON line of hadw/* metrics per step
 
     @staticmethod
@@ -73,7 +74,9 @@ class VerlHADWConfig:
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""
-        return HADWOptions(self.enable, self.lam, self.anchor, self.anchor_options, self.correct_threshold)
+        return HADWOptions(
+            self.enable, self.lam, self.anchor, self.anchor_options, self.correct_threshold, normalize=self.normalize
+        )
 
 
 def _to_dict(node: Any) -> dict[str, Any]:
@@ -206,7 +209,9 @@ def compute_grpo_hadw_outcome_advantage(
     correct = (scores > options.correct_threshold).float()
     groups = group_ids(index).to(scores.device)
     anchor = STORE.get(options)
-    result = apply_hadw(scalar[:, 0], correct, groups, anchor, options.lam, options.enabled)
+    result = apply_hadw(
+        scalar[:, 0], correct, groups, anchor, options.lam, options.enabled, normalize=options.normalize
+    )
     STORE.last_metrics = result.metrics
     _log_metrics(result.metrics, verl.metrics_file)
     advantages = result.advantages.unsqueeze(-1) * response_mask

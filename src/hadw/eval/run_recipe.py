@@ -1,0 +1,85 @@
+"""`hadw eval RUN_DIR` / `hadw probe RUN_DIR`: score a trained run the way it was trained.
+
+A run folder's config.yaml holds the prompt recipe the trainer resolved once (hadw.train.config.resolve_recipe):
+source, template, chat template, field names, correctness reward, answer length, levels, seed and the held-out
+size. Evaluating the run's model with those, instead of the per-source defaults of a bare model, measures what
+was trained; an explicit option still overrides each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hadw.errors import UserError
+
+RUN_CONFIG = "config.yaml"
+
+
+@dataclass(frozen=True)
+class RunRecipe:
+    """What `hadw eval` needs from a run folder (config.yaml's keys in comments)."""
+
+    model: Path  # final_model/, else the newest checkpoint-*/
+    data: str  # data.eval_source, else data.source
+    data_dir: str  # data.data_dir
+    template: str  # data.template (resolved: never "auto")
+    chat_template: str  # data.chat_template: auto | always | never
+    reward: str  # reward.correctness: the 0/1 signal the trainer evaluates with
+    max_new_tokens: int  # rollout.max_new_tokens
+    fields: tuple[str | None, str | None, str | None]  # data.fields.prompt / answer / level
+    levels: list[int] | None  # data.levels (task sources)
+    seed: int  # train.seed: picks a task's held-out items
+    eval_size: int  # data.eval_size: how many held-out items the trainer scored
+
+
+def is_run_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / RUN_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def read_run(path: str | Path) -> RunRecipe:
+    """The recipe of the run in `path` (a folder `hadw train` wrote). One-line UserError when it is not usable."""
+    import yaml  # transformers' dependency: present wherever `hadw eval` runs
+
+    path = Path(path)
+    config_file = path / RUN_CONFIG
+    try:
+        cfg = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        data, reward, rollout, train = cfg["data"], cfg["reward"], cfg["rollout"], cfg["train"]
+        fields = data.get("fields") or {}
+        recipe = RunRecipe(
+            model=_run_model(path, (cfg.get("model") or {}).get("path") or ""),
+            data=data.get("eval_source") or data["source"],
+            data_dir=data.get("data_dir") or "",
+            template=data["template"],
+            chat_template=data.get("chat_template", "auto"),
+            reward=reward.get("correctness") or reward["functions"][0],
+            max_new_tokens=int(rollout["max_new_tokens"]),
+            fields=(fields.get("prompt") or None, fields.get("answer") or None, fields.get("level") or None),
+            levels=data.get("levels"),
+            seed=int(train.get("seed", 0)),
+            eval_size=int(data.get("eval_size", 200)),
+        )
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, IndexError) as err:
+        raise UserError(f"{config_file}: not a usable run config ({type(err).__name__}: {err})") from None
+    if recipe.template == "auto":  # a run written before the recipe was resolved at load time
+        from hadw.data import default_recipe
+
+        recipe = replace(recipe, template=default_recipe(recipe.data).template)
+    return recipe
+
+
+def _run_model(path: Path, start: str) -> Path:
+    """The run's newest weights: final_model/ when it finished, else its newest checkpoint, else the weights it
+    started from (init_model/, or model.path) — so a run still in its first steps can be looked at too."""
+    if (path / "final_model" / "config.json").is_file():
+        return path / "final_model"
+    checkpoints = sorted(p for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
+    if checkpoints:
+        return checkpoints[-1]
+    if (path / "init_model" / "config.json").is_file():
+        return path / "init_model"
+    if start:
+        return Path(start)
+    raise UserError(f"{path}: a run folder without a final_model/, a checkpoint or a start model; nothing to evaluate")

@@ -1,0 +1,85 @@
+"""One prompt recipe per run: resolved once by the trainer, saved in config.yaml, used by `hadw eval RUN_DIR`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hadw.cli import build_app
+from hadw.rollout import build_tiny_model
+from hadw.train.config import config_to_yaml, load_config
+
+runner = CliRunner()
+
+
+def test_train_resolves_the_same_defaults_as_eval_and_saves_them():
+    task = load_config(None, [])
+    assert (task.data.template, task.reward.functions, task.reward.correctness) == ("plain", ["exact"], "exact")
+    data = load_config(None, ["data.source=mine.jsonl", "data.fields.prompt=q", "data.fields.answer=a"])
+    assert (data.data.template, data.reward.functions, data.reward.correctness) == ("paper", ["math"], "math")
+    # naming rewards: correctness is the first of them (as TRL), not "exact"
+    named = load_config(None, ["reward.functions=[format,math]"])
+    assert named.reward.correctness == "format"
+
+
+def test_a_real_model_runs_config_leaves_out_the_tiny_keys():
+    tiny = yaml.safe_load(config_to_yaml(load_config(None, [])))
+    assert "tiny" in tiny["model"] and tiny["data"]["levels"] == [2, 3, 4]
+    overrides = ["model.path=/m", "data.source=mine.jsonl", "data.fields.prompt=q", "data.fields.answer=a"]
+    real = yaml.safe_load(config_to_yaml(load_config(None, overrides)))
+    assert "tiny" not in real["model"] and "levels" not in real["data"]
+    assert real["data"]["template"] == "paper" and real["reward"]["correctness"] == "math"
+
+
+@pytest.fixture(scope="module")
+def file_run(tmp_path_factory):
+    """A 1-step run of a tiny model on a JSONL file with its own fields, template and reward."""
+    tmp = tmp_path_factory.mktemp("recipe")
+    rows = [{"query": f"{a}+{b}", "solution": str(a + b), "meta": {"terms": 2}} for a in range(6) for b in range(4)]
+    (tmp / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = build_tiny_model(tmp / "m", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    run = tmp / "run"
+    result = runner.invoke(build_app(), [
+        "train", f"model.path={model}", f"train.output_dir={run}", f"data.source={tmp / 'mine.jsonl'}",
+        "data.fields.prompt=query", "data.fields.answer=solution", "data.template=Q: {question} A:",
+        "data.chat_template=never", "reward.functions=[exact]", "data.eval_size=5", "train.steps=1",
+        "train.prompts_per_step=2", "train.mini_batch_prompts=1", "rollout.group_size=2", "rollout.max_new_tokens=3",
+        "logging.progress=false",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return run
+
+
+def test_eval_of_a_run_folder_prompts_and_scores_like_the_run(file_run, tmp_path):
+    samples, out = tmp_path / "samples.jsonl", tmp_path / "eval.json"
+    result = runner.invoke(build_app(), ["eval", str(file_run), "--samples", str(samples), "--json", str(out),
+                                         "--no-progress"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 5  # the trainer's held-out rows (data.eval_size), not the whole file
+    assert all(r["prompt"].startswith("Q: ") and r["prompt"].endswith(" A:") for r in rows)  # run's template, no chat
+    assert all(r["tokens"] <= 3 for r in rows)  # rollout.max_new_tokens
+    (recipe,) = json.loads(out.read_text())["recipes"].values()
+    assert recipe == {"template": "Q: {question} A:", "reward": "exact", "max_new_tokens": 3}
+    # the same held-out problems and score as the trainer's final evaluation
+    final = json.loads((file_run / "final_eval.json").read_text())
+    assert json.loads(out.read_text())["buckets"]["all"]["greedy"] == final["all"]["greedy"]
+
+
+def test_an_explicit_option_overrides_the_runs_recipe(file_run, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    result = runner.invoke(build_app(), ["eval", str(file_run), "--template", "question", "--limit", "2",
+                                         "--samples", str(samples), "--no-progress"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 2 and not rows[0]["prompt"].startswith("Q: ")
+
+
+def test_eval_without_data_or_run_is_one_line(tmp_path):
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64)  # fmt: skip
+    result = runner.invoke(build_app(), ["eval", str(model)])
+    assert result.exit_code == 2 and "--data" in result.output
