@@ -606,7 +606,7 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("levels_text", ["train", "data.levels=abc"], ["data.levels"], "one-line"),
     ("device_tpu", ["train", "model.device=tpu"], ["model.device='tpu'"], "one-line"),
     ("compute_dtype_fp16", ["train", "model.compute_dtype=float16"], ["model.compute_dtype"], "one-line"),
-    ("functions_empty", ["train", "reward.functions=[]"], ["reward.correctness"], "one-line"),
+    ("functions_twice", ["train", "reward.functions=[exact,exact]"], ["reward.functions", "twice"], "one-line"),
     ("isolated_registered", ["train", "reward.isolated=[exact]"], ["reward.isolated"], "one-line"),
     ("reward_not_callable", ["train", "reward.functions=[exact,hadw:__version__]"], ["hadw:__version__"],
      "one-line"),

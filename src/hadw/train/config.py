@@ -703,6 +703,9 @@ def validate(cfg: Config) -> None:
     _range("train.ppo_epochs", t.ppo_epochs, 1, 100)
     _range("train.micro_batch_size", t.micro_batch_size, 0, 1 << 20)
     rw = cfg.reward
+    if len(set(rw.functions)) != len(rw.functions):
+        raise ConfigError(f"reward.functions={list(rw.functions)} names a reward twice; give each once (weigh it "
+                          "with reward.weights)")
     if rw.weights is not None and not all(math.isfinite(w) for w in rw.weights):
         raise ConfigError(f"reward.weights={list(rw.weights)} is not allowed; allowed: finite numbers")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):
