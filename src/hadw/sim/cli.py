@@ -44,7 +44,7 @@ def _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam
     if min(parse_ints(level_prompts, "--level-prompts")) < 1:
         raise SimInputError(f"--level-prompts {level_prompts!r}: every level needs >= 1 prompt")
     if anchor not in ANCHORS:
-        raise SimInputError(f"--anchor {anchor!r}: allowed anchors are {', '.join(ANCHORS)}")
+        raise SimInputError(f"--anchor {anchor!r}: unknown anchor; allowed: {', '.join(ANCHORS)}")
 
 
 def sim(
