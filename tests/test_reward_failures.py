@@ -14,7 +14,7 @@ import time
 import pytest
 
 from hadw.rewards import RewardSpec, resolve_reward, score, trl_reward
-from hadw.rewards.loader import RewardFailure
+from hadw.rewards.base import RewardFailure
 
 HERE = __name__
 

@@ -35,7 +35,7 @@ from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
-from hadw.rewards.loader import FailureWatch
+from hadw.rewards.base import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
