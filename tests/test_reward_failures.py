@@ -83,6 +83,14 @@ def test_an_import_path_reward_that_fails_is_scored_zero_and_counted_by_kind(fn,
     assert out.first_error.row == 0 and out.first_error.kind == kind
 
 
+def test_a_reward_that_hangs_on_everything_costs_a_few_timeouts_not_one_per_item():
+    reward = resolve_reward(f"{HERE}:sleeps")
+    start = time.monotonic()
+    out = reward.run(["a"] * 20, ["1"] * 20, timeout_s=0.05)  # the batch call (1 s), then 2 items, not 20
+    assert time.monotonic() - start < 1.0 + 2 * 0.05 + 1.0
+    assert out.kinds == {"timeout": 20} and "in a row" in out.messages[-1]
+
+
 def test_only_the_bad_items_fail():
     inf = resolve_reward(f"{HERE}:infs").run(["a", "b", "c"], ["1"] * 3)
     assert inf.scores == [0.0, 1.0, 1.0] and inf.kinds == {"nan/inf": 1} and not inf.all_failed

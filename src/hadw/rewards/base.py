@@ -152,14 +152,22 @@ def _guard_os_exit() -> None:
         os._exit = _guarded_os_exit  # type: ignore[assignment]
 
 
-def _per_item(item: Callable[[int], object], n: int, timeout_s: float | None) -> ItemScores:
+def _per_item(
+    item: Callable[[int], object], n: int, timeout_s: float | None, give_up_after: int | None = None
+) -> ItemScores:
     """item(j) for j in range(n) in a worker thread; an item that takes longer than timeout_s scores 0
     (timeout) and the thread is abandoned (Python cannot kill a thread); the remaining items continue in a
-    fresh thread. Every failure (an exception, sys.exit / os._exit, a bad score) scores 0 and is counted."""
+    fresh thread. Every failure (an exception, sys.exit / os._exit, a bad score) scores 0 and is counted.
+    give_up_after: that many timeouts in a row count the remaining items as timeouts without calling them
+    (a reward that hangs on everything costs a few timeouts, not n)."""
     _guard_os_exit()
     scores, failures = [0.0] * n, []
-    i = 0
+    i, in_a_row = 0, 0
     while i < n:
+        if give_up_after is not None and in_a_row >= give_up_after:
+            message = f"not called: the reward timed out on {in_a_row} items in a row"
+            failures += [ItemError(j, TIMEOUT, message) for j in range(i, n)]
+            break
         results: queue.SimpleQueue = queue.SimpleQueue()
 
         def work(start: int = i, results: queue.SimpleQueue = results) -> None:
@@ -175,8 +183,9 @@ def _per_item(item: Callable[[int], object], n: int, timeout_s: float | None) ->
                 j, failure, value = results.get(timeout=timeout_s)
             except queue.Empty:
                 failures.append(ItemError(i, TIMEOUT, f"no result within {timeout_s:g} s"))
-                i += 1
+                i, in_a_row = i + 1, in_a_row + 1
                 break  # abandon the stuck thread; go on with the next item in a new one
+            in_a_row = 0
             if failure is None:
                 scores[j] = value
             else:
@@ -228,7 +237,8 @@ def run_batch(name: str, call: Callable[[list[int]], Sequence[object]], n: int, 
     except BaseException as err:
         if isinstance(err, KeyboardInterrupt):
             raise
-        return _per_item(lambda j: _single(name, call, j), n, timeout_s)
+        give_up = 2 if isinstance(err, TimeoutError) else None  # hung as a batch: likely hangs on every item
+        return _per_item(lambda j: _single(name, call, j), n, timeout_s, give_up)
     if len(result) != n:
         message = f"reward {name!r} returned {len(result)} scores for {n} items"
         return ItemScores.from_items([0.0] * n, [ItemError(j, WRONG_LENGTH, message) for j in range(n)])
