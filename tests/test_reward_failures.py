@@ -179,3 +179,17 @@ def test_the_progress_line_shows_the_error_count(tiny_path, tmp_path, monkeypatc
     result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{HERE}:infs]", "train.steps=2")
     assert result.exit_code == 0, result.output
     assert [info.get("err") for info in seen] == ["1", "2"]  # one inf per step
+
+
+def test_hadw_eval_counts_and_shows_a_failing_reward(tiny_path):
+    from hadw.eval.data import load_source
+    from hadw.eval.evaluate import evaluate_sources
+    from hadw.eval.report import completion_notes
+    from hadw.rollout import load_model
+
+    model, tokenizer = load_model(tiny_path)
+    source = load_source("task:sums", limit=3, reward=f"{HERE}:nans", max_new_tokens=2)
+    result = evaluate_sources(model, tokenizer, [source], 1, 1.0, 1.0, [1], 8, 0, False)
+    assert result.stats["greedy"]["reward_errors"] == 3
+    assert any("the reward failed on 3 of 3 greedy completions" in line for line in completion_notes(result.stats))
+    assert result.samples[0]["reward_error"].startswith("nan/inf")
