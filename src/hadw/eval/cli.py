@@ -353,6 +353,9 @@ def probe_cmd(
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems
+            if sampler.reward_errors:  # never a silent row of zeros
+                typer.secho(f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "
+                            "(raised, timed out or returned a bad score; scored 0)", fg="yellow", err=True)
     finally:
         bar.close()
     import numpy as np
