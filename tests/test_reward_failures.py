@@ -193,3 +193,14 @@ def test_hadw_eval_counts_and_shows_a_failing_reward(tiny_path):
     assert result.stats["greedy"]["reward_errors"] == 3
     assert any("the reward failed on 3 of 3 greedy completions" in line for line in completion_notes(result.stats))
     assert result.samples[0]["reward_error"].startswith("nan/inf")
+
+
+def test_hadw_probe_counts_a_failing_reward(tiny_path):
+    from hadw.data import load_problems
+    from hadw.eval.probe import model_sampler
+    from hadw.rollout import load_model
+
+    model, tokenizer = load_model(tiny_path)
+    sampler = model_sampler(model, tokenizer, "plain", f"{HERE}:nans", max_new_tokens=2)
+    problems = list(load_problems("task:sums", levels=[2], seed=0, held_out=True, limit=2))
+    assert sampler(problems, 2, 0).sum() == 0 and sampler.reward_errors == 4
