@@ -348,7 +348,8 @@ def classify(result, expect: str) -> str:
         return "traceback"
     if result.exit_code == 0:
         return "accepted" if expect == "accepted" else "silent"
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    # warnings said before the error (a reward's first failure) are not part of it; the error is one line
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("warning:")]
     if result.exit_code == 2 and len(lines) == 1:
         return "one-line"
     return "other"
@@ -505,10 +506,28 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["p_binary"] = d / "p_binary"
     _write(d / "p_binary" / "metrics.jsonl", b"\xff\xfe\x00garbage\n\x00\x01\n")
     m["reward_mod_dir"] = d
-    _write(d / "matrix_rewards.py", "def ok(prompts, completions, **kw):\n    return [1.0] * len(completions)\n"
-                                    "NOT_CALLABLE = 3\n")
+    _write(d / "matrix_rewards.py", MATRIX_REWARDS)
     m["matrix"] = d
     return m
+
+
+MATRIX_REWARDS = """
+import math, os, sys, time
+NOT_CALLABLE = 3
+def ok(prompts, completions, **kw): return [1.0] * len(completions)
+def nan(prompts, completions, **kw): return [math.nan] * len(completions)
+def nones(prompts, completions, **kw): return [None] * len(completions)
+def short(prompts, completions, **kw): return [1.0]
+def half(prompts, completions, **kw): return [0.5] * len(completions)
+def exits(prompts, completions, **kw): sys.exit(3)
+def hard_exit(prompts, completions, **kw): os._exit(4)
+def sleeps(prompts, completions, **kw):
+    time.sleep(2)
+    return [1.0] * len(completions)
+def odd_rows(prompts, completions, **kw):
+    if len(completions) > 1: raise ValueError("one at a time")
+    return [1.0] if len(prompts[0]) % 2 else [math.inf]
+"""
 
 
 def T(*args: str) -> list[str]:
@@ -677,6 +696,22 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
      ["matrix_rewards:nope"], "one-line"),
     ("reward_module_not_callable", ["train", "reward.functions=[exact,matrix_rewards:NOT_CALLABLE]"],
      ["NOT_CALLABLE"], "one-line"),
+    # --- rewards at run time: a reward that fails on every item stops the run in one line naming it
+    ("reward_nan_stops", T("reward.functions=[exact,matrix_rewards:nan]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:nan' failed on every item", "nan/inf"], "one-line"),
+    ("reward_sys_exit_stops", T("reward.functions=[exact,matrix_rewards:exits]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:exits'", "sys.exit(3)"], "one-line"),
+    ("reward_os_exit_stops", T("reward.functions=[exact,matrix_rewards:hard_exit]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:hard_exit'", "os._exit(4)"], "one-line"),
+    ("reward_hang_stops", T("reward.functions=[exact,matrix_rewards:sleeps]", "reward.max_failed_steps=1",
+                            "reward.timeout_s=0.2"), ["'matrix_rewards:sleeps'", "timeout"], "one-line"),
+    ("reward_none_stops", T("reward.functions=[exact,matrix_rewards:nones]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:nones'", "None"], "one-line"),
+    ("reward_wrong_length_stops", T("reward.functions=[exact,matrix_rewards:short]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:short'", "wrong length"], "one-line"),
+    ("reward_half_correctness_stops", T("reward.functions=[matrix_rewards:half]", "reward.max_failed_steps=1",
+                                        "reward.correctness=matrix_rewards:half"), ["out of range"], "one-line"),
+    ("reward_some_rows_fail_trains_on", T("reward.functions=[exact,matrix_rewards:odd_rows]"), [], "accepted"),
     # --- eval
     ("eval_pass_k_above_k", ["eval", "{model}", "-d", "task:sums", "--pass-k", "5"], ["--pass-k"], "one-line"),
     ("eval_pass_k_text", ["eval", "{model}", "-d", "task:sums", "--pass-k", "x"], ["--pass-k"], "one-line"),
