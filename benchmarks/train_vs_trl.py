@@ -23,7 +23,10 @@ Runs alternate (hadw, TRL, hadw, TRL, ... for each recipe) so machine load hits 
 time is the median over its timed rollout batches (the first batch is warm-up); the table gives min /
 median / max over runs, wall and process CPU time, and the speed-up of each side-by-side pair.
 
-    .venv/bin/python benchmarks/train_vs_trl.py [--repeats 5] [--batches 5] [--threads 1]
+    .venv/bin/python benchmarks/train_vs_trl.py [--repeats 5] [--batches 5] [--threads 1] [--model-shape 135M]
+
+--model-shape 135M runs both sides on SmolLM2-135M's shapes (random weights, a 49 152-row vocabulary:
+bench_models.py), where the vocabulary head and its log-softmax are a large part of every forward.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
+from bench_models import MODELS
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 from trl_cpu import CPU_BEST, QUIET, describe
@@ -172,13 +176,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="alternating runs per side and recipe")
     parser.add_argument("--batches", type=int, default=5, help="timed rollout batches per run")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model-shape", choices=sorted(MODELS), default="tiny", help="bench_models.MODELS name")
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_tiny_model(Path(tmp) / "model")
+        model_dir = build_tiny_model(Path(tmp) / "model", **MODELS[opts.model_shape])
+        print(f"model: {opts.model_shape} ({MODELS[opts.model_shape]})")
         print_settings(model_dir, opts.threads)
         results: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {r: [] for r in RECIPES}
         for r in range(opts.repeats):

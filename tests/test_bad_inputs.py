@@ -744,6 +744,12 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("probe_limit_negative", ["probe", "{model}", "-d", "task:sums", "--limit", "-1"], ["--limit"], "one-line"),
     ("probe_temperature_negative", ["probe", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"],
      "one-line"),
+    ("probe_batch_size_zero", ["probe", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"],
+     "one-line"),
+    ("eval_memory_budget_nan", ["eval", "{model}", "-d", "task:sums", "--memory-budget-gb", "nan"],
+     ["--memory-budget-gb"], "one-line"),
+    ("train_memory_budget_negative", ["train", "rollout.memory_budget_gb=-1"], ["rollout.memory_budget_gb"],
+     "one-line"),
     ("probe_top_p_zero", ["probe", "{model}", "-d", "task:sums", "--top-p", "0"], ["--top-p"], "one-line"),
     # --- compare
     ("compare_confidence_2", ["compare", "--confidence", "2", "-o", "{dir}/c3"], ["--confidence"], "one-line"),

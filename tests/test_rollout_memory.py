@@ -47,3 +47,25 @@ def test_a_small_budget_splits_generation_into_chunks(tmp_path, monkeypatch):
     assert sizes == [3, 3, 2] and len(batch) == 8
     with pytest.raises(ValueError, match="memory_budget_gb"):
         HFRolloutEngine(model, tok, memory_budget_gb=0)
+
+
+def test_the_budget_is_an_option_of_the_trainer_eval_and_probe(tmp_path):
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+    from hadw.train.config import ConfigError, load_config
+
+    assert load_config(None, ["rollout.memory_budget_gb=2.5"]).rollout.memory_budget_gb == 2.5
+    with pytest.raises(ConfigError, match="rollout.memory_budget_gb"):
+        load_config(None, ["rollout.memory_budget_gb=0"])
+    model = build_tiny_model(tmp_path / "m", num_layers=1, hidden_size=32, intermediate_size=64)
+    runner = CliRunner()
+    for command in ("eval", "probe"):
+        result = runner.invoke(build_app(), [command, str(model), "--data", "task:sums", "--limit", "2",
+                                             "--memory-budget-gb", "0"])  # fmt: skip
+        assert result.exit_code == 2 and "--memory-budget-gb" in result.output
+    out = tmp_path / "probe.json"
+    result = runner.invoke(build_app(), ["probe", str(model), "--data", "task:sums", "--limit", "2", "--reference",
+                                         "8", "--batch-size", "4", "--memory-budget-gb", "0.5", "--json", str(out),
+                                         "--png", str(tmp_path / "p.png")])  # fmt: skip
+    assert result.exit_code == 0, result.output

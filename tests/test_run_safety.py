@@ -384,3 +384,21 @@ def test_exact_compares_integers_exactly():
     big = "7" * 400
     assert exact_item(big, big) == 1.0 and exact_item(big + "0", big) == 0.0
     assert exact_item("٨٥", "85") == exact_item("\\boxed{٨٥}", "85") == 1.0
+
+
+def test_a_run_started_by_another_command_is_resumed_from_its_saved_config(tiny_path, tmp_path, monkeypatch):
+    """A demo or compare arm stopped by a signal once suggested `hadw demo ... --resume`, an option demo lacks."""
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    run = tmp_path / "run"
+    trainer = _trainer(tiny_path, run, "train.steps=2", "checkpoint.every=1")
+    trainer.train()
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/hadw", "demo", "--out-dir", str(tmp_path)])
+    message = str(trainer._interrupted(signal.SIGTERM))
+    command = message.split("resume with: ")[1]
+    assert command == f"hadw train {run / 'config.yaml'} --resume"
+    result = CliRunner().invoke(build_app(), [*command.split()[1:], "train.steps=3"])  # it runs as printed
+    assert result.exit_code == 0, result.output
+    assert latest_checkpoint(run).name == "checkpoint-000003"

@@ -145,6 +145,15 @@ def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, cha
             raise typer.BadParameter(" ".join(str(err).split()), param_hint="'--reward'") from None
 
 
+def _engine(model, tokenizer, memory_budget_gb: float | None):
+    """The rollout engine of eval / probe; its chunks fit `memory_budget_gb` (None: half the free memory)."""
+    from hadw.rollout import HFRolloutEngine
+
+    if memory_budget_gb is not None and not memory_budget_gb > 0:
+        raise typer.BadParameter(f"{memory_budget_gb}; allowed: > 0", param_hint="'--memory-budget-gb'")
+    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
+
+
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
     from hadw.rollout import load_model
     from hadw.rollout.models import model_load_error
@@ -203,6 +212,10 @@ def eval_cmd(
         int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Problems per generation batch.")] = 64,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option("--memory-budget-gb", help="Memory one generate chunk may use (default: half the free memory)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
@@ -252,6 +265,7 @@ def eval_cmd(
             seed,
             _chat(chat_template),
             bar.update if bar else None,
+            engine=_engine(lm, tokenizer, memory_budget_gb),
         )
     finally:
         if bar:
@@ -309,6 +323,13 @@ def probe_cmd(
         int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
     ] = None,
     edges: Annotated[str, typer.Option("--edges", help="p_ref bucket edges.")] = "0,0.125,0.25,0.5,0.75,0.875,1",
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Rows (samples) per generate call, before the memory split.")
+    ] = 4096,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option("--memory-budget-gb", help="Memory one generate chunk may use (default: half the free memory)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
@@ -329,6 +350,7 @@ def probe_cmd(
     if not all(math.isfinite(e) for e in edge_list) or edge_list != sorted(edge_list) or len(edge_list) < 2:
         raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
+    check_range("--batch-size", batch_size, 1)
     fields = (prompt_field, answer_field, level_field)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
@@ -348,8 +370,10 @@ def probe_cmd(
                 temperature,
                 top_p,
                 source.max_new_tokens,
+                max_rows=batch_size,
                 use_chat_template=_chat(chat_template),
                 progress=bar.update,
+                engine=_engine(lm, tokenizer, memory_budget_gb),
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems

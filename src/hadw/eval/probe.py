@@ -44,12 +44,14 @@ def model_sampler(
     max_rows: int = 4096,
     use_chat_template: bool | str = "auto",
     progress=None,
+    engine=None,
 ) -> Sampler:
-    """A Sampler backed by a causal LM: `evaluate` with k = n at `temperature`, ≤ max_rows responses per batch."""
+    """A Sampler backed by a causal LM: `evaluate` with k = n at `temperature`, ≤ max_rows responses per batch
+    (the engine splits a batch further so each chunk fits its memory budget)."""
     from hadw.eval.evaluate import evaluate
     from hadw.rollout import HFRolloutEngine
 
-    engine = HFRolloutEngine(model, tokenizer)
+    engine = engine or HFRolloutEngine(model, tokenizer)
 
     def sample(problems: Sequence[Problem], n: int, seed: int) -> np.ndarray:
         report = evaluate(

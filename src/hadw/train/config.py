@@ -132,7 +132,10 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
     max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
-    max_batch_size: int | None = None  # split generation into chunks of this many rows (memory)
+    max_batch_size: int | None = None  # split generation into chunks of at most this many rows
+    # Memory one generation chunk may use for its K/V cache and logits (hadw.rollout.memory); None = half the
+    # memory free when a rollout starts. Rows are split further when max_batch_size rows would not fit.
+    memory_budget_gb: float | None = None
     # How the prompt and the tokens after it run: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU,
     # where per-op overhead bounds speed; transformers' forward elsewhere) | fused | hf (transformers' forward).
     # Same samples either way up to float rounding (log-probs agree to ~1e-6); benchmarks/roofline.py.
@@ -649,6 +652,8 @@ def validate(cfg: Config) -> None:
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)
     _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)
+    if r.memory_budget_gb is not None:
+        _above("rollout.memory_budget_gb", r.memory_budget_gb, 0.0)
     _range("hadw.lam", cfg.hadw.lam, 1e-6, 100.0)
     _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
     _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)

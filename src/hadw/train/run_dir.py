@@ -138,6 +138,7 @@ RESUME_FREE_KEYS = (
     "data.data_dir",
     "model.device",
     "rollout.max_batch_size",
+    "rollout.memory_budget_gb",
     "rollout.decoder",
     "reward.timeout_s",
     "reward.max_failed_steps",

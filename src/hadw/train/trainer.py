@@ -218,7 +218,11 @@ class Trainer:
         self.device = model_device(model)
         self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
         self.engine = HFRolloutEngine(
-            model, tokenizer, max_batch_size=cfg.rollout.max_batch_size, decoder=cfg.rollout.decoder
+            model,
+            tokenizer,
+            max_batch_size=cfg.rollout.max_batch_size,
+            decoder=cfg.rollout.decoder,
+            memory_budget_gb=cfg.rollout.memory_budget_gb,
         )
         # Sampled log-probs equal a teacher-forced re-scoring to ~1e-6 in float32 (tests/test_rollout.py);
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
@@ -794,8 +798,11 @@ class Trainer:
         last = latest_checkpoint(self.run_dir)
         import shlex
 
-        argv = shlex.join(sys.argv[1:]) if sys.argv and "hadw" in sys.argv[0] else "train ..."
-        command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        if len(sys.argv) > 1 and "hadw" in sys.argv[0] and sys.argv[1] == "train":  # the user's own command line
+            argv = shlex.join(sys.argv[1:])
+            command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
+        else:  # a run started by `hadw demo`, `hadw compare` or Python: its saved config resumes it
+            command = f"hadw train {shlex.quote(str(self.run_dir / 'config.yaml'))} --resume"
         where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
         return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
 
