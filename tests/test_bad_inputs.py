@@ -804,6 +804,9 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("plot_step_text", ["plot", "{p_strings}", "--out", "{dir}/p2.png"], ["metrics.jsonl"], "one-line"),
     ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
     ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
+    # --- demo
+    ("demo_steps_zero", ["demo", "--steps", "0", "--out-dir", "{dir}/demo0"], ["--steps"], "one-line"),
+    ("demo_out_dir_below_file", ["demo", "--out-dir", "{model_file}/demo"], ["model_file"], "one-line"),
     # --- data
     ("data_download_unknown", ["data", "download", "nosuch"], ["nosuch"], "one-line"),
 ]

@@ -184,6 +184,7 @@ def demo(
     """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
     from hadw.experiments.demo import DemoSettings, run_demo
 
+    check_range("--steps", steps, 1)  # before the warm start: a bad value fails in a second
     _quiet_transformers()
     settings = DemoSettings(out_dir=out_dir, seed=seed)
     if steps is not None:
