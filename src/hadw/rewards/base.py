@@ -139,15 +139,21 @@ _REAL_OS_EXIT = os._exit
 _THREAD_PREFIX = "hadw-reward"
 
 
+_GUARDED_PID: int | None = None  # the process whose reward threads are guarded (not a child forked from one)
+
+
 def _guarded_os_exit(code: int) -> None:
-    """os._exit, except in a reward thread, where it raises RewardExit: a reward cannot end the trainer."""
-    if threading.current_thread().name.startswith(_THREAD_PREFIX):
+    """os._exit, except in a reward thread of the guarded process, where it raises RewardExit: a reward cannot
+    end the trainer. A child forked from a reward thread (multiprocessing) exits for real."""
+    if os.getpid() == _GUARDED_PID and threading.current_thread().name.startswith(_THREAD_PREFIX):
         raise RewardExit(code)
     _REAL_OS_EXIT(code)
 
 
 def _guard_os_exit() -> None:
     """Route os._exit through _guarded_os_exit (idempotent; other threads keep the real os._exit)."""
+    global _GUARDED_PID
+    _GUARDED_PID = os.getpid()
     if os._exit is not _guarded_os_exit:
         os._exit = _guarded_os_exit  # type: ignore[assignment]
 
