@@ -448,6 +448,7 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
     # a finished 1-step run with a checkpoint, copied and damaged once per case
     base_run = d / "base_run"
+    m["base_run"] = base_run
     result = runner.invoke(build_app(), ["train", *_base(files, base_run)])
     assert result.exit_code == 0, result.output
     ckpt = "checkpoint-000001"
@@ -804,6 +805,12 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("plot_step_text", ["plot", "{p_strings}", "--out", "{dir}/p2.png"], ["metrics.jsonl"], "one-line"),
     ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
     ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
+    ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"],
+     "one-line"),
+    ("eval_json_below_a_file", ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json",
+                                "{model_file}/out.json"], ["model_file"], "one-line"),
+    ("compare_out_below_a_file", ["compare", "-a", "g:", "--seeds", "0", "-o", "{model_file}/cmp"], ["model_file"],
+     "one-line"),
     # --- demo
     ("demo_steps_zero", ["demo", "--steps", "0", "--out-dir", "{dir}/demo0"], ["--steps"], "one-line"),
     ("demo_out_dir_below_file", ["demo", "--out-dir", "{model_file}/demo"], ["model_file"], "one-line"),
