@@ -58,8 +58,7 @@ PROMPTS, G, NEW_TOKENS, LR = 16, 8, 6, 2e-4
 RECIPES = {"natural": 2, "equal work": 1}
 
 
-def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
-    """Median (wall, CPU) seconds per rollout batch over `batches` timed batches."""
+def hadw_trainer(model_dir: Path, out: Path, opt_steps: int) -> Trainer:
     overrides = [
         f"model.path={model_dir}",
         "data.source=task:addition",
@@ -80,7 +79,12 @@ def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[
         "logging.sample_every=0",
         "hadw.enabled=true",
     ]
-    trainer = Trainer(load_config(None, overrides))
+    return Trainer(load_config(None, overrides))
+
+
+def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
+    """Median (wall, CPU) seconds per rollout batch over `batches` timed batches."""
+    trainer = hadw_trainer(model_dir, out, opt_steps)
     trainer.train_step(0)  # warm-up
     walls, cpus = [], []
     for step in range(1, batches + 1):
@@ -143,6 +147,23 @@ def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[f
     return statistics.median(s[0] for s in spans), statistics.median(s[1] for s in spans)
 
 
+def profile_hadw(model_dir: Path, out: Path, top: int = 12) -> None:
+    """Where one natural-recipe rollout batch of `hadw train` spends its CPU time: the trainer's own split
+    (generation / reward / update) and the ops that take the most self CPU time, with their input shapes (the
+    vocabulary head is the matmul with the vocabulary-sized weight)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    trainer = hadw_trainer(model_dir, out, RECIPES["natural"])
+    trainer.train_step(0)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        metrics = trainer.train_step(1)
+    trainer.logger.close()
+    split = {k: metrics[k] for k in ("timing_s/gen", "timing_s/reward", "timing_s/update")}
+    print("hadw step split (s):", {k.split("/")[1]: round(v, 2) for k, v in split.items()})
+    table = prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=top)
+    print(table)
+
+
 def fmt(values) -> str:
     v = sorted(values)
     return f"{v[0]:6.3f} / {statistics.median(v):6.3f} / {v[-1]:6.3f}"
@@ -177,6 +198,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5, help="timed rollout batches per run")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model-shape", choices=sorted(MODELS), default="tiny", help="bench_models.MODELS name")
+    parser.add_argument("--profile", action="store_true", help="profile one hadw rollout batch only")
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     hf_logging.disable_progress_bar()
@@ -185,6 +207,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(Path(tmp) / "model", **MODELS[opts.model_shape])
         print(f"model: {opts.model_shape} ({MODELS[opts.model_shape]})")
+        if opts.profile:
+            profile_hadw(model_dir, Path(tmp) / "profile")
+            return
         print_settings(model_dir, opts.threads)
         results: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {r: [] for r in RECIPES}
         for r in range(opts.repeats):
