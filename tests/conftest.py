@@ -18,6 +18,30 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # process competes for the 2 cores.
 torch.set_num_threads(1)
 
+# Outcome of each case of the bad-input matrix (tests/test_bad_inputs.py), summarised after the run.
+BAD_INPUT_OUTCOMES = pytest.StashKey[dict]()
+OUTCOME_ORDER = ("one-line", "accepted", "traceback", "silent", "hang", "other")
+
+
+def pytest_configure(config):
+    config.stash[BAD_INPUT_OUTCOMES] = {}
+
+
+@pytest.fixture
+def record_outcome(request):
+    """record_outcome(case_id, outcome): one of OUTCOME_ORDER, counted in the session summary line."""
+    outcomes = request.config.stash[BAD_INPUT_OUTCOMES]
+    return outcomes.__setitem__
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    outcomes = config.stash.get(BAD_INPUT_OUTCOMES, {})
+    if outcomes:
+        counts = {k: sum(v == k for v in outcomes.values()) for k in OUTCOME_ORDER}
+        terminalreporter.write_line(
+            f"bad-input matrix: {len(outcomes)} cases: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+        )
+
 
 
 def shared_data_dir() -> Path | None:

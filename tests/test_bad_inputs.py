@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click.testing
 import pytest
 from typer.testing import CliRunner
 
@@ -270,3 +271,584 @@ def test_the_table_has_at_least_sixty_cases():
 )
 def test_eval_path_errors_are_one_line_exit_2(files, args, needles):
     _assert_one_line_error(_run(_fill(args, files)), *needles)
+
+
+# ==================================================================================================================
+# Issue 23: the bad-input matrix. Every command, every family (config, overrides, data, model folders,
+# checkpoints, rewards, eval / probe / compare / sim / bias / sft / plot / data arguments). Each case runs
+# in-process under a 60 s alarm (a hang is an outcome, not a stuck suite) and is classified: one-line (exit 2,
+# one line on stderr, no traceback), accepted (a case that must work: exit 0), traceback, silent (exit 0 where
+# an error was due), hang, other. The session ends with a summary line counting cases by outcome (conftest.py).
+# ==================================================================================================================
+class _Hang(BaseException):
+    """Raised by the alarm: the case ran past its time limit."""
+
+
+HANG_S = float(os.environ.get("HADW_MATRIX_HANG_S", 60))
+
+
+class _RealMain:
+    """What the `hadw` console script runs (hadw.cli.main: usage errors as one line, not click's usage box),
+    in a form CliRunner can invoke (it captures the output and the exit code)."""
+
+    name = "hadw"
+
+    def main(self, args=None, prog_name=None, **extra):
+        from hadw.cli import main
+
+        sys.argv = ["hadw", *(args or [])]
+        main()
+
+
+def _release_fifos(folder: Path) -> None:
+    """Open every FIFO in folder for writing and close it: a reader blocked in open() (in C code, where no
+    Python signal handler runs) gets end-of-file instead of waiting forever."""
+    import contextlib
+
+    for fifo in folder.glob("fifo.*"):
+        with contextlib.suppress(OSError):  # ENXIO: no reader waiting, nothing to release
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _invoke_bounded(args: list[str], fifo_dir: Path | None = None):
+    """CliRunner result of the real `hadw` entry point, or None when it ran past HANG_S seconds (an alarm
+    interrupts Python code; a timer releases readers blocked on the matrix's FIFOs)."""
+    import signal
+    import threading
+    import time
+
+    def alarm(signum, frame):
+        raise _Hang
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, HANG_S)
+    releaser = threading.Timer(HANG_S, _release_fifos, [fifo_dir]) if fifo_dir else None
+    if releaser:
+        releaser.start()
+    start = time.monotonic()
+    try:
+        result = click.testing.CliRunner().invoke(_RealMain(), args)  # type: ignore[arg-type]
+        return None if time.monotonic() - start >= HANG_S else result
+    except _Hang:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if releaser:
+            releaser.cancel()
+
+
+def classify(result, expect: str) -> str:
+    """The outcome of one case (see the section comment)."""
+    if result is None or isinstance(result.exception, _Hang):
+        return "hang"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        return "traceback"
+    if "Traceback" in result.output:
+        return "traceback"
+    if result.exit_code == 0:
+        return "accepted" if expect == "accepted" else "silent"
+    # warnings said before the error (a reward's first failure) are not part of it; the error is one line
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("warning:")]
+    if result.exit_code == 2 and len(lines) == 1:
+        return "one-line"
+    return "other"
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def _model_variant(src: Path, dst: Path, edit) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    edit(dst)
+    return dst
+
+
+def _edit_config(**changes):
+    def edit(d: Path) -> None:
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps(cfg | changes))
+    return edit
+
+
+def _no_tokenizer(d: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):
+        (d / name).unlink(missing_ok=True)
+
+
+def _pickle_weights(d: Path) -> None:
+    import pickle
+
+    (d / "model.safetensors").unlink()
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"weights": os.getcwd}))  # a pickled callable: code
+
+
+@pytest.fixture(scope="module")
+def mx(files, tmp_path_factory) -> dict[str, Path | str]:
+    """The files, model folders and run folders of the matrix (placeholders {name} in the cases)."""
+    import shutil
+
+    import torch
+
+    d = tmp_path_factory.mktemp("matrix")
+    m: dict[str, Path | str] = dict(files)
+    bomb = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for i, name in enumerate("bcdefgh"):
+        prev = "abcdefgh"[i]
+        bomb.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb.append("i: [" + ",".join(["*h"] * 9) + "]")
+    m["bomb.yaml"] = _write(d / "bomb.yaml", "\n".join(bomb) + "\n")
+    m["dup.yaml"] = _write(d / "dup.yaml", "train:\n  steps: 5\n  steps: 50\n")
+    m["dup_section.yaml"] = _write(d / "dup_section.yaml", "optim:\n  lr: 0.1\nmodel: {}\noptim:\n  lr: 0.2\n")
+    m["tabs.yaml"] = _write(d / "tabs.yaml", "train:\n\tsteps: 5\n")
+    m["section_scalar.yaml"] = _write(d / "section_scalar.yaml", "model: 5\n")
+    m["section_list.yaml"] = _write(d / "section_list.yaml", "train: [1, 2]\n")
+    m["int_key.yaml"] = _write(d / "int_key.yaml", "1: 2\n")
+    m["python_tag.yaml"] = _write(d / "python_tag.yaml", f"train: !!python/object/apply:os.system ['touch {d}/pwn']\n")
+    m["deep.yaml"] = _write(d / "deep.yaml", "train: " + "[" * 20000 + "]" * 20000 + "\n")
+    m["huge.yaml"] = _write(d / "huge.yaml", "# " + "x" * (2 << 20) + "\n")
+    m["env.yaml"] = _write(d / "env.yaml", "train:\n  output_dir: 'runs/${oc.env:HOME}'\n")
+    m["null_section.yaml"] = _write(d / "null_section.yaml", "train:\n")
+    row = {"problem": "1+1", "answer": "2"}
+    m["deep.jsonl"] = _write(d / "deep.jsonl", '{"problem": ' + "[" * 100_000 + "]" * 100_000 + ', "answer": "1"}\n')
+    m["empty_prompts.jsonl"] = _write(d / "empty_prompts.jsonl", "".join(
+        json.dumps({"problem": " ", "answer": str(i)}) + "\n" for i in range(8)))
+    m["nan_level.jsonl"] = _write(d / "nan_level.jsonl", '{"problem": "1+1", "answer": "2", "level": NaN}\n' * 4)
+    m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
+    m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
+    m["data.csv"] = _write(d / "data.csv", "problem,answer\n1+1,2\n")
+    m["array.json"] = _write(d / "array.json", json.dumps([row, row]) + "\n")
+    m["binary.jsonl"] = _write(d / "binary.jsonl", bytes(range(256)) * 4)
+    m["bad_hf_dir"] = d / "bad_hf_dir"
+    _write(d / "bad_hf_dir" / "dataset_info.json", "{ not json")
+    for name in ("fifo.jsonl", "fifo.yaml", "fifo.parquet"):
+        os.mkfifo(d / name)
+        m[name] = d / name
+    tiny = files["model"]
+    data = json.loads((tiny / "config.json").read_text())
+    m["m_truncated"] = _model_variant(tiny, d / "m_truncated", lambda p: (p / "model.safetensors").write_bytes(
+        (p / "model.safetensors").read_bytes()[:200]))
+    m["m_garbage"] = _model_variant(tiny, d / "m_garbage", lambda p: (p / "model.safetensors").write_bytes(
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage" + b"\0" * 64))
+    m["m_empty_weights"] = _model_variant(tiny, d / "m_empty_weights",
+                                          lambda p: (p / "model.safetensors").write_bytes(b""))
+    m["m_mismatch"] = _model_variant(tiny, d / "m_mismatch", _edit_config(hidden_size=data["hidden_size"] * 2))
+    m["m_vocab"] = _model_variant(tiny, d / "m_vocab", _edit_config(vocab_size=1_000_000_000))
+    m["m_layers"] = _model_variant(tiny, d / "m_layers", _edit_config(num_hidden_layers=-1))
+    m["m_type"] = _model_variant(tiny, d / "m_type", _edit_config(model_type="nonexistent_arch"))
+    m["m_array"] = _model_variant(tiny, d / "m_array", lambda p: (p / "config.json").write_text("[1, 2]"))
+    m["m_remote"] = _model_variant(tiny, d / "m_remote", _edit_config(
+        auto_map={"AutoModelForCausalLM": "modeling_evil.EvilModel"}, model_type="evil_remote"))
+    m["m_no_tokenizer"] = _model_variant(tiny, d / "m_no_tokenizer", _no_tokenizer)
+    m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
+    # a finished 1-step run with a checkpoint, copied and damaged once per case
+    base_run = d / "base_run"
+    m["base_run"] = base_run
+    result = runner.invoke(build_app(), ["train", *_base(files, base_run)])
+    assert result.exit_code == 0, result.output
+    ckpt = "checkpoint-000001"
+
+    def run_variant(name: str, edit) -> None:
+        shutil.copytree(base_run, d / name, symlinks=True)
+        edit(d / name)
+        m[name] = d / name
+
+    def tamper(edit):
+        def apply(run: Path) -> None:
+            path = run / ckpt / "trainer_state.pt"
+            state = torch.load(path, weights_only=True)
+            edit(state)
+            torch.save(state, path)
+        return apply
+
+    def state_json(**changes):
+        def apply(run: Path) -> None:
+            path = run / ckpt / "state.json"
+            path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+        return apply
+
+    def truncate(run: Path) -> None:
+        path = run / ckpt / "model" / "model.safetensors"
+        path.write_bytes(path.read_bytes()[:300])
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {d}/pwned",))
+
+    run_variant("r_truncated", truncate)
+    run_variant("r_latest_latin1", lambda r: (r / "latest").write_bytes(b"checkpoint-00000\xe9"))
+    run_variant("r_latest_abs", lambda r: (r / "latest").write_text(str(r / ckpt)))
+    run_variant("r_latest_up", lambda r: (r / "latest").write_text("../base_run/checkpoint-000001"))
+    run_variant("r_state_garbage", lambda r: (r / ckpt / "state.json").write_text("{ nope"))
+    run_variant("r_position", state_json(data_position=-1))
+    run_variant("r_step", state_json(step="one"))
+    run_variant("r_rng", tamper(lambda s: s["rng"].update(torch=torch.zeros(7))))
+    run_variant("r_exp_avg", tamper(lambda s: next(iter(s["optimizer"]["state"].values())).update(
+        exp_avg=torch.zeros(3))))
+    run_variant("r_pickle", lambda r: torch.save({"optimizer": Payload()}, r / ckpt / "trainer_state.pt"))
+    run_variant("r_lock_link", lambda r: ((r / ".lock").unlink(missing_ok=True),
+                                          (r / ".lock").symlink_to(d / "victim")))
+    run_variant("r_config_link", lambda r: ((r / "config.yaml").unlink(), (r / "config.yaml").symlink_to(d / "victim")))
+    run_variant("r_no_latest_lr", lambda r: (r / "latest").unlink())
+    run_variant("r_all_incomplete", lambda r: ((r / "latest").unlink(), (r / ckpt / "state.json").unlink()))
+    _write(d / "victim", "precious\n")
+    # runs for hadw plot
+    m["p_no_step"] = d / "p_no_step"
+    _write(d / "p_no_step" / "metrics.jsonl", '{"reward": 1}\n{"loss": "x"}\n')
+    m["p_strings"] = d / "p_strings"
+    _write(d / "p_strings" / "metrics.jsonl", '{"step": "one", "val/all/greedy": "high"}\n')
+    m["p_array"] = d / "p_array"
+    _write(d / "p_array" / "metrics.jsonl", "[1, 2]\n[3]\n")
+    m["p_binary"] = d / "p_binary"
+    _write(d / "p_binary" / "metrics.jsonl", b"\xff\xfe\x00garbage\n\x00\x01\n")
+    m["reward_mod_dir"] = d
+    _write(d / "matrix_rewards.py", MATRIX_REWARDS)
+    m["matrix"] = d
+    return m
+
+
+MATRIX_REWARDS = """
+import math, os, sys, time
+NOT_CALLABLE = 3
+def ok(prompts, completions, **kw): return [1.0] * len(completions)
+def nan(prompts, completions, **kw): return [math.nan] * len(completions)
+def nones(prompts, completions, **kw): return [None] * len(completions)
+def short(prompts, completions, **kw): return [1.0]
+def half(prompts, completions, **kw): return [0.5] * len(completions)
+def exits(prompts, completions, **kw): sys.exit(3)
+def hard_exit(prompts, completions, **kw): os._exit(4)
+def sleeps(prompts, completions, **kw):
+    time.sleep(2)
+    return [1.0] * len(completions)
+def odd_rows(prompts, completions, **kw):
+    if len(completions) > 1: raise ValueError("one at a time")
+    return [1.0] if len(prompts[0]) % 2 else [math.inf]
+"""
+
+
+def T(*args: str) -> list[str]:
+    """`hadw train` with the small valid base (a tiny model, one step) and these arguments."""
+    return ["train", "{BASE}", *args]
+
+
+# (id, argv with {placeholders}, substrings of the one line, expected outcome). Cases marked W come from the
+# review in issue 23 (its "Why" list); the rest are new.
+MATRIX: list[tuple[str, list[str], list[str], str]] = [
+    # --- W: config and overrides
+    ("W_train_section_scalar", ["train", "train=5"], ["'train=5'", "train is a section"], "one-line"),
+    ("W_dollar_template_literal", ["train", "data.template=Q: ${question} A:", "--show-config"], ["${question}"],
+     "accepted"),
+    ("W_env_interpolation_literal", ["train", "train.output_dir=runs/${oc.env:HOME}", "--show-config"],
+     ["${oc.env:HOME}"], "accepted"),
+    ("W_env_in_yaml_literal", ["train", "{env.yaml}", "--show-config"], ["${oc.env:HOME}"], "accepted"),
+    ("W_yaml_alias_bomb", ["train", "{bomb.yaml}"], ["bomb.yaml", "alias bomb"], "one-line"),
+    ("W_yaml_duplicate_key", ["train", "{dup.yaml}"], ["dup.yaml:3", "duplicate key 'steps'", "line 2"], "one-line"),
+    ("W_levels_unclosed_list", ["train", "data.levels=[2,3"], ["data.levels=[2,3", "not a valid YAML list"],
+     "one-line"),
+    ("W_fifo_data_source", T("data.source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
+    ("W_deep_json_row", T("data.source={deep.jsonl}"), ["deep.jsonl:1", "nested too deeply"], "one-line"),
+    ("W_all_prompts_empty", T("data.source={empty_prompts.jsonl}"), ["empty_prompts.jsonl", "empty"], "one-line"),
+    ("W_nan_level", T("data.source={nan_level.jsonl}", "data.fields.prompt=problem", "data.fields.answer=answer",
+                      "data.fields.level=level"), ["nan_level.jsonl:1", "level nan"], "one-line"),
+    # --- W: model folders
+    ("W_model_truncated_weights", T("model.path={m_truncated}"), ["model.path=", "m_truncated"], "one-line"),
+    ("W_model_garbage_weights", T("model.path={m_garbage}"), ["model.path=", "m_garbage"], "one-line"),
+    ("W_model_config_mismatch", T("model.path={m_mismatch}"), ["model.path=", "m_mismatch"], "one-line"),
+    ("W_model_vocab_1e9", T("model.path={m_vocab}"), ["model.path=", "vocab_size"], "one-line"),
+    ("W_model_no_tokenizer", T("model.path={m_no_tokenizer}"), ["model.path=", "tokenizer"], "one-line"),
+    ("W_model_pickle_bin", T("model.path={m_pickle}"), ["model.path=", "m_pickle"], "one-line"),
+    # --- W: checkpoints and run folders
+    ("W_resume_truncated_checkpoint", T("train.output_dir={r_truncated}", "train.steps=2", "--resume"),
+     ["model.safetensors"], "one-line"),
+    ("W_resume_latest_not_utf8", T("train.output_dir={r_latest_latin1}", "train.steps=2", "--resume"), [],
+     "accepted"),
+    ("W_resume_latest_absolute", T("train.output_dir={r_latest_abs}", "train.steps=2", "--resume"), [],
+     "accepted"),
+    ("W_resume_latest_dotdot", T("train.output_dir={r_latest_up}", "train.steps=2", "--resume"), [], "accepted"),
+    ("W_resume_bad_state_json", T("train.output_dir={r_state_garbage}", "train.steps=2", "--resume"),
+     ["state.json", "not JSON"], "one-line"),
+    ("W_resume_negative_position", T("train.output_dir={r_position}", "train.steps=2", "--resume"),
+     ["state.json", "'data_position' is -1"], "one-line"),
+    ("W_resume_rng_state", T("train.output_dir={r_rng}", "train.steps=2", "--resume"),
+     ["trainer_state.pt", "rng.torch"], "one-line"),
+    ("W_resume_exp_avg_shape", T("train.output_dir={r_exp_avg}", "train.steps=2", "--resume"),
+     ["trainer_state.pt", "exp_avg has shape [3]"], "one-line"),
+    ("W_resume_lock_symlink", T("train.output_dir={r_lock_link}", "train.steps=2", "--resume"),
+     [".lock", "symbolic link"], "one-line"),
+    ("W_resume_config_symlink", T("train.output_dir={r_config_link}", "train.steps=2", "--resume"),
+     ["config.yaml", "symbolic link"], "one-line"),
+    ("W_resume_no_latest_changed_lr", T("train.output_dir={r_no_latest_lr}", "optim.lr=0.5", "--resume"),
+     ["optim.lr", "checkpoint-000001"], "one-line"),
+    # --- W: commands
+    ("W_eval_negative_temperature", ["eval", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"],
+     "one-line"),
+    ("W_eval_top_p_2", ["eval", "{model}", "-d", "task:sums", "--top-p", "2"], ["--top-p"], "one-line"),
+    ("W_eval_batch_size_0", ["eval", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"],
+     "one-line"),
+    ("W_eval_device_tpu", ["eval", "{model}", "-d", "task:sums", "--device", "tpu"], ["--device", "tpu"],
+     "one-line"),
+    ("W_eval_reward_missing_module", ["eval", "{model}", "-d", "task:sums", "--reward", "nosuchmod:fn"],
+     ["--reward", "nosuchmod"], "one-line"),
+    ("W_eval_limit_negative", ["eval", "{model}", "-d", "task:sums", "--limit", "-1"], ["--limit"], "one-line"),
+    ("W_sft_level_9", ["sft", "{dir}/sft_out", "--levels", "9"], ["--levels", "9"], "one-line"),
+    ("W_sft_unknown_task", ["sft", "{dir}/sft_out", "--task", "calculus"], ["--task", "calculus"], "one-line"),
+    ("W_sft_target_accuracy_2", ["sft", "{dir}/sft_out", "--target-accuracy", "2"], ["--target-accuracy"],
+     "one-line"),
+    ("W_sim_lam_nan", ["sim", "--lam", "nan"], ["--lam"], "one-line"),
+    ("W_compare_jobs_0", ["compare", "-a", "g:", "--seeds", "0", "--jobs", "0", "-o", "{dir}/cmp0"], ["--jobs"],
+     "one-line"),
+    ("W_compare_bad_set", ["compare", "-a", "g:", "--seeds", "0", "-s", "hadw.lamda=1", "-o", "{dir}/cmp1"],
+     ["hadw.lamda", "did you mean"], "one-line"),
+    ("W_compare_seeds_descending", ["compare", "-a", "g:", "--seeds", "3-1", "-o", "{dir}/cmp2"], ["--seeds", "3-1"],
+     "one-line"),
+    ("W_bias_empty_rates", ["bias", "table", "-p", ""], ["--success-rate"], "one-line"),
+    ("W_plot_hand_edited_metrics", ["plot", "{p_no_step}", "--out", "{dir}/p.png"], ["metrics.jsonl"], "one-line"),
+    # --- config: overrides
+    ("steps_negative", ["train", "train.steps=-1"], ["train.steps=-1"], "one-line"),
+    ("prompts_per_step_zero", ["train", "train.prompts_per_step=0"], ["train.prompts_per_step=0"], "one-line"),
+    ("top_p_zero", ["train", "rollout.top_p=0"], ["rollout.top_p=0"], "one-line"),
+    ("top_p_nan", ["train", "rollout.top_p=nan"], ["rollout.top_p=nan"], "one-line"),
+    ("lr_nan", ["train", "optim.lr=nan"], ["optim.lr=nan"], "one-line"),
+    ("lam_inf", ["train", "hadw.lam=inf"], ["hadw.lam=inf"], "one-line"),
+    ("temperature_nan", ["train", "rollout.temperature=nan"], ["rollout.temperature=nan"], "one-line"),
+    ("timeout_nan", ["train", "reward.timeout_s=nan"], ["reward.timeout_s=nan"], "one-line"),
+    ("timeout_inf", ["train", "reward.timeout_s=inf"], ["reward.timeout_s=inf"], "one-line"),
+    ("weights_nan", ["train", "reward.weights=[nan]"], ["reward.weights"], "one-line"),
+    ("max_failed_negative", ["train", "reward.max_failed_steps=-1"], ["reward.max_failed_steps=-1"], "one-line"),
+    ("enabled_number", ["train", "hadw.enabled=1.5"], ["hadw.enabled"], "one-line"),
+    ("levels_empty", ["train", "data.levels=[]"], ["data.levels=[]"], "one-line"),
+    ("levels_float", ["train", "data.levels=[1,1e9]"], ["data.levels"], "one-line"),
+    ("levels_text", ["train", "data.levels=abc"], ["data.levels"], "one-line"),
+    ("device_tpu", ["train", "model.device=tpu"], ["model.device='tpu'"], "one-line"),
+    ("compute_dtype_fp16", ["train", "model.compute_dtype=float16"], ["model.compute_dtype"], "one-line"),
+    ("functions_twice", ["train", "reward.functions=[exact,exact]"], ["reward.functions", "twice"], "one-line"),
+    ("isolated_registered", ["train", "reward.isolated=[exact]"], ["reward.isolated"], "one-line"),
+    ("reward_not_callable", ["train", "reward.functions=[exact,hadw:__version__]"], ["hadw:__version__"],
+     "one-line"),
+    ("reward_missing_module", ["train", "reward.functions=[exact,nosuchmod:fn]"], ["nosuchmod"], "one-line"),
+    ("empty_key", ["train", "=5"], ["'=5'", "dotted key"], "one-line"),
+    ("double_dot_key", ["train", "train..steps=5"], ["train..steps"], "one-line"),
+    ("no_equals_not_a_file", ["train", "train.steps"], ["train.steps"], "one-line"),
+    ("logging_scalar", ["train", "logging=5"], ["logging is a section"], "one-line"),
+    ("betas_scalar", ["train", "optim.betas=0.9"], ["optim.betas"], "one-line"),
+    ("betas_words", ["train", "optim.betas=[a,b]"], ["optim.betas"], "one-line"),
+    ("fields_prompt_only", ["train", "data.fields.prompt=q"], ["data.fields"], "one-line"),
+    ("template_unknown_field", ["train", "data.template={question} {oops}"], ["data.template"], "one-line"),
+    ("limit_negative", ["train", "data.limit=-5"], ["data.limit=-5"], "one-line"),
+    ("keep_last_negative", ["train", "checkpoint.keep_last=-1"], ["checkpoint.keep_last=-1"], "one-line"),
+    ("micro_batch_negative", ["train", "train.micro_batch_size=-1"], ["train.micro_batch_size=-1"], "one-line"),
+    ("norm_length_zero", ["train", "algorithm.norm_length=0"], ["algorithm.norm_length=0"], "one-line"),
+    ("fixed_value_2", ["train", "hadw.fixed_value=2"], ["hadw.fixed_value=2"], "one-line"),
+    ("max_new_tokens_zero", ["train", "rollout.max_new_tokens=0"], ["rollout.max_new_tokens=0"], "one-line"),
+    ("seed_text", ["train", "train.seed=abc"], ["train.seed"], "one-line"),
+    ("group_size_float", ["train", "rollout.group_size=1e10"], ["rollout.group_size"], "one-line"),
+    ("eval_source_unknown_task", ["train", "data.eval_source=task:nope"], ["data.eval_source"], "one-line"),
+    ("output_dir_in_proc", T("train.output_dir=/proc/hadw_run"), ["/proc/hadw_run"], "one-line"),
+    ("interpolate_missing_key", ["train", "--interpolate", "train.output_dir=${nope.key}", "--show-config"],
+     ["nope"], "one-line"),
+    # --- config: YAML files
+    ("yaml_tabs", ["train", "{tabs.yaml}"], ["tabs.yaml:2", "not valid YAML"], "one-line"),
+    ("yaml_duplicate_section", ["train", "{dup_section.yaml}"], ["dup_section.yaml:4", "duplicate key 'optim'"],
+     "one-line"),
+    ("yaml_section_scalar", ["train", "{section_scalar.yaml}"], ["model is a section"], "one-line"),
+    ("yaml_section_list", ["train", "{section_list.yaml}"], ["train is a section"], "one-line"),
+    ("yaml_int_key", ["train", "{int_key.yaml}"], ["int_key.yaml"], "one-line"),
+    ("yaml_python_tag", ["train", "{python_tag.yaml}"], ["python_tag.yaml", "not valid YAML"], "one-line"),
+    ("yaml_deep", ["train", "{deep.yaml}"], ["deep.yaml", "nested too deeply"], "one-line"),
+    ("yaml_huge", ["train", "{huge.yaml}"], ["huge.yaml", "bytes"], "one-line"),
+    ("yaml_fifo", ["train", "{fifo.yaml}"], ["fifo.yaml", "not a regular file"], "one-line"),
+    ("yaml_null_section", ["train", "{null_section.yaml}", "--show-config"], [], "accepted"),
+    # --- data files
+    ("data_null_answer", T("data.source={null_answer.jsonl}"), ["null_answer.jsonl:1"], "one-line"),
+    ("data_two_answers", T("data.source={two_answers.jsonl}"), ["two_answers.jsonl:1"], "one-line"),
+    ("data_csv", T("data.source={data.csv}"), ["data.csv", "unknown file type"], "one-line"),
+    ("data_json_array", T("data.source={array.json}"), ["array.json:1"], "one-line"),
+    ("data_binary", T("data.source={binary.jsonl}"), ["binary.jsonl:1"], "one-line"),
+    ("data_bad_hf_dir", T("data.source={bad_hf_dir}"), ["bad_hf_dir"], "one-line"),
+    ("data_fifo_parquet", T("data.source={fifo.parquet}"), ["fifo.parquet", "not a regular file"], "one-line"),
+    ("data_dev_null", T("data.source=/dev/null"), ["/dev/null"], "one-line"),
+    ("eval_source_fifo", T("data.eval_source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
+    # --- model folders
+    ("model_empty_weights", T("model.path={m_empty_weights}"), ["model.path=", "m_empty_weights"], "one-line"),
+    ("model_negative_layers", T("model.path={m_layers}"), ["model.path=", "m_layers"], "one-line"),
+    ("model_unknown_type", T("model.path={m_type}"), ["model.path=", "m_type"], "one-line"),
+    ("model_config_array", T("model.path={m_array}"), ["model.path=", "m_array"], "one-line"),
+    ("model_remote_code_untrusted", T("model.path={m_remote}"), ["model.path=", "m_remote"], "one-line"),
+    ("eval_model_pickle", ["eval", "{m_pickle}", "-d", "task:sums"], ["m_pickle"], "one-line"),
+    ("eval_model_no_tokenizer", ["eval", "{m_no_tokenizer}", "-d", "task:sums"], ["tokenizer"], "one-line"),
+    ("eval_model_vocab", ["eval", "{m_vocab}", "-d", "task:sums"], ["vocab_size"], "one-line"),
+    # --- checkpoints
+    ("resume_pickled_trainer_state", T("train.output_dir={r_pickle}", "train.steps=2", "--resume"),
+     ["trainer_state.pt", "refused to load"], "one-line"),
+    ("resume_step_not_int", T("train.output_dir={r_step}", "train.steps=2", "--resume"), ["'step' is 'one'"],
+     "one-line"),
+    ("resume_all_incomplete", T("train.output_dir={r_all_incomplete}", "--resume"), ["no checkpoint folder"],
+     "one-line"),
+    # --- rewards through train (configuration side)
+    ("reward_weights_inf", ["train", "reward.weights=[1,inf]", "reward.functions=[exact,format]"],
+     ["reward.weights"], "one-line"),
+    ("reward_isolated_not_listed", ["train", "reward.isolated=[a:b]"], ["reward.isolated"], "one-line"),
+    ("reward_module_attribute_missing", ["train", "reward.functions=[exact,matrix_rewards:nope]"],
+     ["matrix_rewards:nope"], "one-line"),
+    ("reward_module_not_callable", ["train", "reward.functions=[exact,matrix_rewards:NOT_CALLABLE]"],
+     ["NOT_CALLABLE"], "one-line"),
+    # --- rewards at run time: a reward that fails on every item stops the run in one line naming it
+    ("reward_nan_stops", T("reward.functions=[exact,matrix_rewards:nan]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:nan' failed on every item", "nan/inf"], "one-line"),
+    ("reward_sys_exit_stops", T("reward.functions=[exact,matrix_rewards:exits]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:exits'", "sys.exit(3)"], "one-line"),
+    ("reward_os_exit_stops", T("reward.functions=[exact,matrix_rewards:hard_exit]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:hard_exit'", "os._exit(4)"], "one-line"),
+    ("reward_hang_stops", T("reward.functions=[exact,matrix_rewards:sleeps]", "reward.max_failed_steps=1",
+                            "reward.timeout_s=0.2"), ["'matrix_rewards:sleeps'", "timeout"], "one-line"),
+    ("reward_none_stops", T("reward.functions=[exact,matrix_rewards:nones]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:nones'", "None"], "one-line"),
+    ("reward_wrong_length_stops", T("reward.functions=[exact,matrix_rewards:short]", "reward.max_failed_steps=1"),
+     ["'matrix_rewards:short'", "wrong length"], "one-line"),
+    ("reward_half_correctness_stops", T("reward.functions=[matrix_rewards:half]", "reward.max_failed_steps=1",
+                                        "reward.correctness=matrix_rewards:half"), ["out of range"], "one-line"),
+    ("reward_some_rows_fail_trains_on", T("reward.functions=[exact,matrix_rewards:odd_rows]"), [], "accepted"),
+    # --- eval
+    ("eval_pass_k_above_k", ["eval", "{model}", "-d", "task:sums", "--pass-k", "5"], ["--pass-k"], "one-line"),
+    ("eval_pass_k_text", ["eval", "{model}", "-d", "task:sums", "--pass-k", "x"], ["--pass-k"], "one-line"),
+    ("eval_levels_text", ["eval", "{model}", "-d", "task:sums", "--levels", "x"], ["--levels"], "one-line"),
+    ("eval_levels_unknown", ["eval", "{model}", "-d", "task:sums", "--levels", "42"], ["42"], "one-line"),
+    ("eval_template_bad", ["eval", "{model}", "-d", "task:sums", "--template", "{oops}"], ["--template"],
+     "one-line"),
+    ("eval_chat_template_bad", ["eval", "{model}", "-d", "task:sums", "--chat-template", "maybe"],
+     ["--chat-template"], "one-line"),
+    ("eval_max_new_tokens_zero", ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "0"],
+     ["--max-new-tokens"], "one-line"),
+    ("eval_max_new_tokens_negative", ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "-5"],
+     ["--max-new-tokens"], "one-line"),
+    ("eval_dtype_float64", ["eval", "{model}", "-d", "task:sums", "--dtype", "float64"], ["float64"], "one-line"),
+    ("eval_unknown_task", ["eval", "{model}", "-d", "task:nope"], ["--data", "'nope'"], "one-line"),
+    ("eval_limit_zero", ["eval", "{model}", "-d", "task:sums", "--limit", "0"], ["--limit"], "one-line"),
+    ("eval_batch_size_negative", ["eval", "{model}", "-d", "task:sums", "--batch-size", "-1"], ["--batch-size"],
+     "one-line"),
+    ("eval_temperature_nan", ["eval", "{model}", "-d", "task:sums", "-k", "2", "-t", "nan"], ["--temperature"],
+     "one-line"),
+    ("eval_data_fifo", ["eval", "{model}", "-d", "{fifo.jsonl}"], ["fifo.jsonl", "not a regular file"], "one-line"),
+    ("eval_data_deep_json", ["eval", "{model}", "-d", "{deep.jsonl}"], ["deep.jsonl:1", "nested"], "one-line"),
+    ("eval_reward_unknown", ["eval", "{model}", "-d", "task:sums", "--reward", "nope"], ["--reward", "nope"],
+     "one-line"),
+    # --- probe
+    ("probe_group_size_1", ["probe", "{model}", "-d", "task:sums", "-G", "1"], ["--group-size"], "one-line"),
+    ("probe_edges_text", ["probe", "{model}", "-d", "task:sums", "--edges", "x"], ["--edges"], "one-line"),
+    ("probe_edges_descending", ["probe", "{model}", "-d", "task:sums", "--edges", "1,0"], ["--edges"], "one-line"),
+    ("probe_reference_zero", ["probe", "{model}", "-d", "task:sums", "-N", "0"], ["--reference"], "one-line"),
+    ("probe_limit_negative", ["probe", "{model}", "-d", "task:sums", "--limit", "-1"], ["--limit"], "one-line"),
+    ("probe_temperature_negative", ["probe", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"],
+     "one-line"),
+    ("probe_batch_size_zero", ["probe", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"],
+     "one-line"),
+    ("eval_memory_budget_nan", ["eval", "{model}", "-d", "task:sums", "--memory-budget-gb", "nan"],
+     ["--memory-budget-gb"], "one-line"),
+    ("train_memory_budget_negative", ["train", "rollout.memory_budget_gb=-1"], ["rollout.memory_budget_gb"],
+     "one-line"),
+    ("probe_top_p_zero", ["probe", "{model}", "-d", "task:sums", "--top-p", "0"], ["--top-p"], "one-line"),
+    # --- compare
+    ("compare_confidence_2", ["compare", "--confidence", "2", "-o", "{dir}/c3"], ["--confidence"], "one-line"),
+    ("compare_interval_unknown", ["compare", "--interval", "z", "-o", "{dir}/c4"], ["--interval"], "one-line"),
+    ("compare_smooth_zero", ["compare", "-a", "g:", "--seeds", "0", "--smooth", "0", "-o", "{dir}/c5"],
+     ["--smooth"], "one-line"),
+    ("compare_collect_empty", ["compare", "--collect-only", "-o", "{empty_dir}"], ["--out"], "one-line"),
+    ("compare_arm_duplicate", ["compare", "-a", "g:", "-a", "g:", "--seeds", "0", "-o", "{dir}/c6"], ["unique"],
+     "one-line"),
+    ("compare_config_missing", ["compare", "-c", "{dir}/none.yaml", "-a", "g:", "--seeds", "0", "-o", "{dir}/c7"],
+     ["none.yaml"], "one-line"),
+    ("compare_arm_bad_override", ["compare", "-a", "g:train.steps=many", "--seeds", "0", "-o", "{dir}/c8"],
+     ["train.steps"], "one-line"),
+    ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
+    # --- sim
+    ("sim_steps_negative", ["sim", "--steps", "-1"], ["--steps"], "one-line"),
+    ("sim_group_size_1", ["sim", "--group-size", "1"], ["--group-size"], "one-line"),
+    ("sim_prompts_zero", ["sim", "--prompts", "0"], ["--prompts"], "one-line"),
+    ("sim_level_prompts_zero", ["sim", "--level-prompts", "0"], ["--level-prompts"], "one-line"),
+    ("sim_offsets_text", ["sim", "--offsets", "a"], ["--offsets"], "one-line"),
+    ("sim_arm_unknown", ["sim", "--arms", "nope"], ["--arms"], "one-line"),
+    ("sim_anchor_unknown", ["sim", "--anchor", "nope"], ["nope"], "one-line"),
+    ("sim_anchor_opt_text", ["sim", "--anchor-opt", "k=x"], ["--anchor-opt"], "one-line"),
+    ("sim_spread_negative", ["sim", "--spread", "-1"], ["--spread"], "one-line"),
+    ("sim_lr_nan", ["sim", "--lr", "nan"], ["--lr"], "one-line"),
+    ("sim_eval_every_zero", ["sim", "--eval-every", "0"], ["--eval-every"], "one-line"),
+    ("sim_seeds_text", ["sim", "--seeds", "x"], ["--seeds"], "one-line"),
+    ("sim_lam_zero", ["sim", "--lam", "0"], ["--lam"], "one-line"),
+    ("sim_seeds_descending", ["sim", "--seeds", "5-1"], ["--seeds"], "one-line"),
+    # --- bias
+    ("bias_group_size_1", ["bias", "table", "-G", "1"], ["--group-size"], "one-line"),
+    ("bias_rate_2", ["bias", "table", "-p", "2"], ["--success-rate"], "one-line"),
+    ("bias_rate_nan", ["bias", "table", "-p", "nan"], ["--success-rate"], "one-line"),
+    ("bias_eps_negative", ["bias", "table", "--eps", "-1"], ["--eps"], "one-line"),
+    ("bias_interval_reversed", ["bias", "average", "-i", "0.5:0.1"], ["0.5:0.1"], "one-line"),
+    ("bias_interval_text", ["bias", "average", "-i", "x"], ["--interval"], "one-line"),
+    ("bias_lambda_p_hat_2", ["bias", "lambda", "--p-hat", "2", "--anchor", "0.5"], ["p"], "one-line"),
+    ("bias_lambda_missing", ["bias", "lambda"], ["--p-hat"], "one-line"),
+    # --- sft
+    ("sft_batch_size_zero", ["sft", "{dir}/sft_out", "--batch-size", "0"], ["--batch-size"], "one-line"),
+    ("sft_lr_negative", ["sft", "{dir}/sft_out", "--lr", "-1"], ["--lr"], "one-line"),
+    ("sft_max_steps_negative", ["sft", "{dir}/sft_out", "--max-steps", "-1"], ["--max-steps"], "one-line"),
+    ("sft_levels_text", ["sft", "{dir}/sft_out", "--levels", "x"], ["--levels"], "one-line"),
+    ("sft_levels_empty", ["sft", "{dir}/sft_out", "--levels", ""], ["--levels"], "one-line"),
+    ("sft_max_seconds_negative", ["sft", "{dir}/sft_out", "--max-seconds", "-1"], ["--max-seconds"], "one-line"),
+    ("sft_data_missing", ["sft", "{dir}/sft_out", "--data", "{dir}/missing.jsonl"], ["missing.jsonl"], "one-line"),
+    ("sft_model_missing", ["sft", "{dir}/sft_out", "--model", "{dir}/no_model"], ["no_model"], "one-line"),
+    ("sft_target_negative", ["sft", "{dir}/sft_out", "--target-accuracy", "-0.5"], ["--target-accuracy"],
+     "one-line"),
+    ("sft_data_fifo", ["sft", "{dir}/sft_out", "--data", "{fifo.jsonl}"], ["fifo.jsonl"], "one-line"),
+    # --- plot
+    ("plot_step_text", ["plot", "{p_strings}", "--out", "{dir}/p2.png"], ["metrics.jsonl"], "one-line"),
+    ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
+    ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
+    ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"],
+     "one-line"),
+    ("eval_json_below_a_file", ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json",
+                                "{model_file}/out.json"], ["model_file"], "one-line"),
+    ("compare_out_below_a_file", ["compare", "-a", "g:", "--seeds", "0", "-o", "{model_file}/cmp"], ["model_file"],
+     "one-line"),
+    # --- demo
+    ("demo_steps_zero", ["demo", "--steps", "0", "--out-dir", "{dir}/demo0"], ["--steps"], "one-line"),
+    ("demo_out_dir_below_file", ["demo", "--out-dir", "{model_file}/demo"], ["model_file"], "one-line"),
+    # --- data
+    ("data_download_unknown", ["data", "download", "nosuch"], ["nosuch"], "one-line"),
+]
+
+
+def _expand(args: list[str], mx: dict, run: Path) -> list[str]:
+    out: list[str] = []
+    for arg in args:
+        if arg == "{BASE}":
+            out += _base(mx, run)
+            continue
+        for name, path in mx.items():
+            arg = arg.replace("{" + name + "}", str(path))
+        out.append(arg)
+    # a later train.output_dir= wins over the base's (OmegaConf: the last override wins)
+    return out
+
+
+def test_the_matrix_is_large_enough():
+    new = [c for c in MATRIX if not c[0].startswith("W_")]
+    assert len(new) >= 60 and len(MATRIX) - len(new) >= 40, (len(new), len(MATRIX))
+    assert len({c[0] for c in MATRIX}) == len(MATRIX)
+
+
+@pytest.mark.parametrize(("args", "needles", "expect"), [c[1:] for c in MATRIX], ids=[c[0] for c in MATRIX])
+def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needles, expect):
+    monkeypatch.chdir(mx["matrix"])  # import-path rewards (matrix_rewards.py) resolve from here
+    result = _invoke_bounded(_expand(args, mx, tmp_path / "run"), Path(mx["matrix"]))
+    outcome = classify(result, expect)
+    record_outcome(request.node.callspec.id, outcome)
+    detail = None if result is None else (result.exit_code, result.stdout[-2000:], result.stderr[-2000:],
+                                          result.exception)
+    assert outcome == expect, (outcome, detail)
+    text = result.stderr if expect != "accepted" else result.stdout + result.stderr
+    for needle in needles:
+        assert needle in text, (needle, text)
+    assert not (mx["matrix"] / "pwn").exists() and not (mx["matrix"] / "pwned").exists()  # no code ran
+    assert (mx["matrix"] / "victim").read_text() == "precious\n"  # no write through a link

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from hadw.rewards import RewardSpec, resolve_reward, score, trl_reward
-from hadw.rewards.loader import RewardFailure
+from hadw.rewards.base import RewardFailure
 
 HERE = __name__
 
@@ -81,6 +81,14 @@ def test_an_import_path_reward_that_fails_is_scored_zero_and_counted_by_kind(fn,
     assert time.monotonic() - start < 2.5  # bounded: never the 3 s sleep, never the end of the process
     assert out.scores == [0.0, 0.0] and out.kinds == {kind: 2} and out.all_failed
     assert out.first_error.row == 0 and out.first_error.kind == kind
+
+
+def test_a_reward_that_hangs_on_everything_costs_a_few_timeouts_not_one_per_item():
+    reward = resolve_reward(f"{HERE}:sleeps")
+    start = time.monotonic()
+    out = reward.run(["a"] * 20, ["1"] * 20, timeout_s=0.05)  # the batch call (1 s), then 2 items, not 20
+    assert time.monotonic() - start < 1.0 + 2 * 0.05 + 1.0
+    assert out.kinds == {"timeout": 20} and "in a row" in out.messages[-1]
 
 
 def test_only_the_bad_items_fail():
@@ -171,3 +179,28 @@ def test_the_progress_line_shows_the_error_count(tiny_path, tmp_path, monkeypatc
     result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{HERE}:infs]", "train.steps=2")
     assert result.exit_code == 0, result.output
     assert [info.get("err") for info in seen] == ["1", "2"]  # one inf per step
+
+
+def test_hadw_eval_counts_and_shows_a_failing_reward(tiny_path):
+    from hadw.eval.data import load_source
+    from hadw.eval.evaluate import evaluate_sources
+    from hadw.eval.report import completion_notes
+    from hadw.rollout import load_model
+
+    model, tokenizer = load_model(tiny_path)
+    source = load_source("task:sums", limit=3, reward=f"{HERE}:nans", max_new_tokens=2)
+    result = evaluate_sources(model, tokenizer, [source], 1, 1.0, 1.0, [1], 8, 0, False)
+    assert result.stats["greedy"]["reward_errors"] == 3
+    assert any("the reward failed on 3 of 3 greedy completions" in line for line in completion_notes(result.stats))
+    assert result.samples[0]["reward_error"].startswith("nan/inf")
+
+
+def test_hadw_probe_counts_a_failing_reward(tiny_path):
+    from hadw.data import load_problems
+    from hadw.eval.probe import model_sampler
+    from hadw.rollout import load_model
+
+    model, tokenizer = load_model(tiny_path)
+    sampler = model_sampler(model, tokenizer, "plain", f"{HERE}:nans", max_new_tokens=2)
+    problems = list(load_problems("task:sums", levels=[2], seed=0, held_out=True, limit=2))
+    assert sampler(problems, 2, 0).sum() == 0 and sampler.reward_errors == 4

@@ -142,11 +142,21 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
             if any(rest.strip() for rest in lines[number:]):
-                raise MetricsFileError(f"{path}:{number}: not a JSON record ({err.msg})") from None
+                problem = getattr(err, "msg", "nested too deeply")
+                raise MetricsFileError(f"{path}:{number}: not a JSON record ({problem})") from None
             warnings.warn(f"{path}:{number}: dropped an unfinished last line (the run was cut off)", stacklevel=2)
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            what = "an object" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+            raise MetricsFileError(
+                f"{path}:{number}: {what} without an integer 'step' >= 0; each line of a run's log is an object "
+                "with its step (was the file edited by hand?)"
+            )
+        records.append(record)
     return records
 
 
@@ -164,7 +174,8 @@ class RunRecords:
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one metric over the steps that logged it (None values skipped)."""
-        pairs = [(r["step"], r[key]) for r in self.steps if r.get(key) is not None]
+        numeric = lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+        pairs = [(r["step"], r[key]) for r in self.steps if numeric(r.get(key))]  # a hand-edited "x" is skipped
         return [s for s, _ in pairs], [v for _, v in pairs]
 
 
@@ -174,5 +185,10 @@ def read_run(run_dir: str | Path) -> RunRecords:
     records = RunRecords(run_dir, read_jsonl(run_dir / METRICS_FILE))
     final = run_dir / FINAL_EVAL_FILE
     if final.is_file():
-        records.final_eval = json.loads(final.read_text(encoding="utf-8"))
+        try:
+            records.final_eval = json.loads(final.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise MetricsFileError(f"{final}: not the JSON object a finished run writes") from None
+        if not isinstance(records.final_eval, dict):
+            raise MetricsFileError(f"{final}: not the JSON object a finished run writes")
     return records

@@ -45,6 +45,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
                 row = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
+            except RecursionError:
+                raise DatasetError(f"{where}: nested too deeply to be a data row") from None
             if not isinstance(row, dict):
                 raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield where, row
@@ -98,6 +100,8 @@ def iter_rows(path: str | Path, split: str | None = None) -> Iterator[tuple[str,
         raise DatasetError(f"{path}: no such file or directory")
     if path.is_dir():
         return _hf_rows(path, split)
+    if not path.is_file():  # a FIFO, a device, a socket: reading it could block forever or never end
+        raise DatasetError(f"{path}: not a regular file; allowed: a .jsonl / .json / .parquet file or a folder")
     if path.suffix in (".jsonl", ".json"):
         return _jsonl_rows(path)
     if path.suffix == ".parquet":

@@ -9,6 +9,7 @@ ready-made FieldMap per known file format; `detect_layout` picks one from a row'
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -213,8 +214,13 @@ def get_field(row: Mapping[str, Any], path: str) -> Any:
 def row_to_problem(row: Mapping[str, Any], fields: FieldMap, source: str, index: int) -> Problem:
     """One Problem from one row; `index` (0-based position in the file) makes the fallback uid."""
     question = fields.question_fn(get_field(row, fields.question))
+    if not isinstance(question, str) or not question.strip():
+        raise FieldError(f"the prompt field {fields.question!r} is empty; every row needs a question")
     answer = fields.answer_fn(get_field(row, fields.answer))
-    level = fields.level_fn(get_field(row, fields.level)) if fields.level else None
+    raw_level = get_field(row, fields.level) if fields.level else None
+    if isinstance(raw_level, float) and not math.isfinite(raw_level):
+        raise FieldError(f"level {raw_level} in field {fields.level!r} is not a number; allowed: an integer or a name")
+    level = fields.level_fn(raw_level) if fields.level else None
     uid = index  # the uid field is optional: fall back to the row's position in the file
     if fields.uid:
         with contextlib.suppress(FieldError):

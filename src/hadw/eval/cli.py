@@ -4,13 +4,14 @@ own model's rollouts."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from hadw.cli_lists import parse_ints
+from hadw.cli_lists import check_range, parse_ints
 from hadw.errors import UserError
 from hadw.eval.report import (
     PROBE_ADVANTAGE_COLUMNS,
@@ -91,7 +92,7 @@ def _load_sources(
     from hadw.data import make_fields
     from hadw.eval.data import load_source
 
-    levels = parse_ints(levels, "--levels") if levels else None
+    levels = parse_ints(levels, "--levels") if levels is not None else None
     if template != "auto":
         from hadw.data.templates import fill_template
 
@@ -123,6 +124,27 @@ def _load_sources(
         raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
+def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward) -> None:
+    """The options eval and probe share, checked before any data or model is loaded (usage errors naming
+    the option)."""
+    from hadw.rewards import resolve_reward
+
+    check_range("--temperature", temperature, 0.0, 100.0)
+    check_range("--top-p", top_p, 0.0, 1.0, low_open=True)
+    check_range("--limit", limit, 1)
+    check_range("--max-new-tokens", max_new_tokens, 1)
+    for option, value, allowed in (("--device", device, ("auto", "cpu", "cuda")),
+                                   ("--dtype", dtype, ("float32", "bfloat16"))):
+        if value not in allowed:
+            raise typer.BadParameter(f"{value!r}; allowed: {', '.join(allowed)}", param_hint=f"'{option}'")
+    _chat(chat_template)
+    if reward != "auto":
+        try:
+            resolve_reward(reward)
+        except ValueError as err:
+            raise typer.BadParameter(" ".join(str(err).split()), param_hint="'--reward'") from None
+
+
 def _engine(model, tokenizer, memory_budget_gb: float | None):
     """The rollout engine of eval / probe; its chunks fit `memory_budget_gb` (None: half the free memory)."""
     from hadw.rollout import HFRolloutEngine
@@ -134,11 +156,13 @@ def _engine(model, tokenizer, memory_budget_gb: float | None):
 
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
     from hadw.rollout import load_model
+    from hadw.rollout.models import model_load_error
 
     try:
         return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
-    except (FileNotFoundError, ValueError, OSError) as err:
-        raise UserError(f"MODEL {model}: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
+    except Exception as err:  # missing, damaged or mismatched: one line, exit 2
+        line = str(err) if isinstance(err, UserError | FileNotFoundError) else model_load_error(err)
+        raise UserError(f"MODEL {model}: {line}") from None
 
 
 def _write_json(path: str | None, data: dict) -> None:
@@ -215,6 +239,8 @@ def eval_cmd(
 
     if k < 1:
         raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
+    _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
+    check_range("--batch-size", batch_size, 1)
     pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
@@ -321,6 +347,10 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected comma-separated numbers", param_hint="'--edges'") from None
     if group_size < 2 or reference < 1 or groups < 1:
         raise typer.BadParameter("need --group-size >= 2, --reference >= 1, --groups >= 1")
+    if not all(math.isfinite(e) for e in edge_list) or edge_list != sorted(edge_list) or len(edge_list) < 2:
+        raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
+    _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
+    check_range("--batch-size", batch_size, 1)
     fields = (prompt_field, answer_field, level_field)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
@@ -347,6 +377,9 @@ def probe_cmd(
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems
+            if sampler.reward_errors:  # never a silent row of zeros
+                typer.secho(f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "
+                            "(raised, timed out or returned a bad score; scored 0)", fg="yellow", err=True)
     finally:
         bar.close()
     import numpy as np

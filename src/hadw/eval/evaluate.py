@@ -49,6 +49,7 @@ class EvalReport:
     samples: list[dict] = field(default_factory=list)  # one record per completion (module docstring)
     seconds: float = 0.0  # generation wall time
     greedy: bool = True  # temperature 0: the mean is called "greedy", else "avg@k"
+    reward_errors: int = 0  # completions the reward failed on (raised, timed out, bad score): scored 0
 
     @property
     def mean_key(self) -> str:
@@ -129,7 +130,7 @@ def evaluate(
     prompts = [render_prompt(p, template, tokenizer, use_chat_template) for p in problems]
     correct: list[list[float]] = []
     samples: list[dict] = []
-    seconds = 0.0
+    seconds, reward_errors = 0.0, 0
     for start in range(0, len(problems), batch_size):
         chunk = prompts[start : start + batch_size]
         ids = [tokenizer(text, add_special_tokens=False).input_ids for text in chunk]
@@ -142,6 +143,8 @@ def evaluate(
         seconds += time.perf_counter() - t0
         answers = [problems[start + i // k].answer for i in range(len(batch.response_texts))]
         result = score(batch.response_texts, answers, [RewardSpec(reward)], correctness=reward)
+        reward_errors += result.num_errors + result.num_timeouts
+        failed = result.first_errors.get(reward)  # shown on its sample (kind: message), counted in the notes
         scores = result.correctness.tolist()
         correct += [scores[i * k : (i + 1) * k] for i in range(len(chunk))]
         lengths = batch.response_mask.sum(dim=1).tolist()
@@ -153,9 +156,11 @@ def evaluate(
                 "extracted": extracted_answer(text, reward), "gold": problem.answer, "score": scores[i],
                 "finish_reason": batch.finish_reasons[i], "tokens": int(lengths[i]),
             })  # fmt: skip
+            if failed is not None and failed.row == i:
+                samples[-1]["reward_error"] = f"{failed.kind}: {failed.message}"
     mean_key = M.GREEDY if k == 1 and temperature == 0 else M.avg_at(k)
     summary = _summarise(correct, problems, pass_ks, mean_key)
-    return EvalReport(correct, list(problems), k, summary, samples, seconds, greedy=temperature == 0)
+    return EvalReport(correct, list(problems), k, summary, samples, seconds, temperature == 0, reward_errors)
 
 
 def _per_problem(progress, k: int):
@@ -232,9 +237,12 @@ def evaluate_sources(
     if not sample:
         pass_ks = ()
 
+    reward_errors = {"greedy": 0, "sampled": 0}
+
     def run(mode: str, report: EvalReport) -> list[list[float]]:
         records, seconds = runs[mode]
         runs[mode] = (records + [{"mode": mode, **r} for r in report.samples], seconds + report.seconds)
+        reward_errors[mode] += report.reward_errors
         return report.correct
 
     for source in sources:
@@ -264,6 +272,9 @@ def evaluate_sources(
             table[key][M.avg_at(k)] = row[M.avg_at(k)]
             table[key] |= {name: value for name, value in row.items() if name.startswith("pass@")}
     stats = {mode: completion_stats(*runs[mode]) for mode in (("greedy", "sampled") if sample else ("greedy",))}
+    for mode in stats:
+        if reward_errors[mode]:  # a failing reward is shown (completion_notes), never a silent row of zeros
+            stats[mode]["reward_errors"] = float(reward_errors[mode])
     stats["memory"] = peak_memory_metrics()
     return EvalResult(
         table,

@@ -70,8 +70,10 @@ def model_sampler(
             use_chat_template=use_chat_template,
             progress=progress,
         )
+        sample.reward_errors += report.reward_errors  # type: ignore[attr-defined]
         return np.asarray(report.correct, dtype=float).reshape(len(problems), n)
 
+    sample.reward_errors = 0  # type: ignore[attr-defined]  # completions the reward failed on (scored 0)
     return sample
 
 

@@ -76,6 +76,12 @@ def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
             parts.append(f"GPU max allocated {memory[M.GPU_MAX_ALLOCATED]:.2f} GiB")
         lines.append("memory: " + ", ".join(parts))
     for mode, s in stats.items():
+        if mode != "memory" and s.get("reward_errors"):
+            lines.append(
+                f"warning: the reward failed on {int(s['reward_errors'])} of {int(s['completions'])} {mode} "
+                "completions (raised, timed out or returned a bad score; scored 0); the --samples file shows the "
+                "first failure of each batch under reward_error"
+            )
         if mode != "memory" and s["completions"] and s["answered"] == 0:
             lines.append(
                 f"warning: no {mode} completion has an extractable answer, so every score is 0; look at the "

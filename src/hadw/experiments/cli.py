@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from hadw import metrics as M
-from hadw.cli_lists import parse_ints
+from hadw.cli_lists import check_range, parse_ints
 from hadw.eval.cli import JsonOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
@@ -117,6 +117,8 @@ def compare_cmd(
             launcher, jobs, cpus_per_run, gpus_per_run, ray_address, partition, time_min, account, sbatch, poll
         )
     seed_list = parse_ints(seeds or "0-4", "--seeds")
+    check_range("--jobs", jobs, 1, 1024)
+    check_range("--smooth", smooth, 1)
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
@@ -125,6 +127,7 @@ def compare_cmd(
             raise typer.BadParameter(str(err), param_hint="'--arm'") from None
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
+        _check_configs(specs)
         cmp.write_manifest(out, arms, seed_list, config, override)
         if launcher == "local":
             bar = _bar(len(specs), f"runs ({jobs} at a time)")
@@ -217,14 +220,32 @@ def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min
     return L.SlurmOptions(partition, time_min, int(cpus), int(gpus), account, tuple(sbatch), poll_s=poll)
 
 
+def _check_configs(specs) -> None:
+    """Every run's config (base, --set, the arm's overrides) loads, before any run starts: a typo is one
+    line naming the arm, not one traceback per run followed by an error about --out."""
+    from hadw.train.config import ConfigError, load_config
+
+    checked: set[tuple] = set()
+    for spec in specs:
+        key = (spec.arm, tuple(o for o in spec.overrides if not o.startswith(("train.seed=", "train.output_dir="))))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            load_config(spec.config_path, list(spec.overrides))
+        except ConfigError as err:
+            raise ConfigError(f"arm {spec.arm!r} (--config / --set / --arm): {err}") from None
+
+
 def demo(
     out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
-    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 100)")] = None,
+    steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 200)")] = None,
     seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
 ) -> None:
     """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
     from hadw.experiments.demo import DemoSettings, run_demo
 
+    check_range("--steps", steps, 1)  # before the warm start: a bad value fails in a second
     _quiet_transformers()
     settings = DemoSettings(out_dir=out_dir, seed=seed)
     if steps is not None:

@@ -173,11 +173,12 @@ def execute_run(spec: RunSpec) -> dict:
         if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
             for name in (METRICS_FILE, SAMPLES_FILE):
                 (spec.run_dir / name).unlink(missing_ok=True)
+        from hadw.safe_files import open_append
         from hadw.train.trainer import Trainer
 
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         with (
-            open(spec.run_dir / "train.log", "a", encoding="utf-8") as log,
+            open_append(spec.run_dir / "train.log") as log,  # never through a planted link
             contextlib.redirect_stdout(log),
             contextlib.redirect_stderr(log),
         ):

@@ -19,11 +19,12 @@ import os
 import pickle
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from hadw.core.registry import Registry
+from hadw.errors import UserError
 from hadw.rewards import verifiers
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -138,27 +139,41 @@ _REAL_OS_EXIT = os._exit
 _THREAD_PREFIX = "hadw-reward"
 
 
+_GUARDED_PID: int | None = None  # the process whose reward threads are guarded (not a child forked from one)
+
+
 def _guarded_os_exit(code: int) -> None:
-    """os._exit, except in a reward thread, where it raises RewardExit: a reward cannot end the trainer."""
-    if threading.current_thread().name.startswith(_THREAD_PREFIX):
+    """os._exit, except in a reward thread of the guarded process, where it raises RewardExit: a reward cannot
+    end the trainer. A child forked from a reward thread (multiprocessing) exits for real."""
+    if os.getpid() == _GUARDED_PID and threading.current_thread().name.startswith(_THREAD_PREFIX):
         raise RewardExit(code)
     _REAL_OS_EXIT(code)
 
 
 def _guard_os_exit() -> None:
     """Route os._exit through _guarded_os_exit (idempotent; other threads keep the real os._exit)."""
+    global _GUARDED_PID
+    _GUARDED_PID = os.getpid()
     if os._exit is not _guarded_os_exit:
         os._exit = _guarded_os_exit  # type: ignore[assignment]
 
 
-def _per_item(item: Callable[[int], object], n: int, timeout_s: float | None) -> ItemScores:
+def _per_item(
+    item: Callable[[int], object], n: int, timeout_s: float | None, give_up_after: int | None = None
+) -> ItemScores:
     """item(j) for j in range(n) in a worker thread; an item that takes longer than timeout_s scores 0
     (timeout) and the thread is abandoned (Python cannot kill a thread); the remaining items continue in a
-    fresh thread. Every failure (an exception, sys.exit / os._exit, a bad score) scores 0 and is counted."""
+    fresh thread. Every failure (an exception, sys.exit / os._exit, a bad score) scores 0 and is counted.
+    give_up_after: that many timeouts in a row count the remaining items as timeouts without calling them
+    (a reward that hangs on everything costs a few timeouts, not n)."""
     _guard_os_exit()
     scores, failures = [0.0] * n, []
-    i = 0
+    i, in_a_row = 0, 0
     while i < n:
+        if give_up_after is not None and in_a_row >= give_up_after:
+            message = f"not called: the reward timed out on {in_a_row} items in a row"
+            failures += [ItemError(j, TIMEOUT, message) for j in range(i, n)]
+            break
         results: queue.SimpleQueue = queue.SimpleQueue()
 
         def work(start: int = i, results: queue.SimpleQueue = results) -> None:
@@ -174,8 +189,9 @@ def _per_item(item: Callable[[int], object], n: int, timeout_s: float | None) ->
                 j, failure, value = results.get(timeout=timeout_s)
             except queue.Empty:
                 failures.append(ItemError(i, TIMEOUT, f"no result within {timeout_s:g} s"))
-                i += 1
+                i, in_a_row = i + 1, in_a_row + 1
                 break  # abandon the stuck thread; go on with the next item in a new one
+            in_a_row = 0
             if failure is None:
                 scores[j] = value
             else:
@@ -227,7 +243,8 @@ def run_batch(name: str, call: Callable[[list[int]], Sequence[object]], n: int, 
     except BaseException as err:
         if isinstance(err, KeyboardInterrupt):
             raise
-        return _per_item(lambda j: _single(name, call, j), n, timeout_s)
+        give_up = 2 if isinstance(err, TimeoutError) else None  # hung as a batch: likely hangs on every item
+        return _per_item(lambda j: _single(name, call, j), n, timeout_s, give_up)
     if len(result) != n:
         message = f"reward {name!r} returned {len(result)} scores for {n} items"
         return ItemScores.from_items([0.0] * n, [ItemError(j, WRONG_LENGTH, message) for j in range(n)])
@@ -277,6 +294,46 @@ def run_reward(
         if o.status != "ok"
     ]
     return ItemScores.from_items([o.value if o.status == "ok" else 0.0 for o in outcomes], failures)
+
+
+class RewardFailure(UserError):
+    """A reward failed on every item for too many consecutive batches: it is broken, not the completions."""
+
+
+class FailureWatch:
+    """Makes a reward's errors visible: its first failed item (kind, message, row) is reported once via
+    `report(name, line, error, row)`, failed items are counted by kind in `counts`, and `max_failed` consecutive
+    batches in which every item failed raise RewardFailure naming the reward and the error (0 = never)."""
+
+    def __init__(self, name: str, max_failed: int, report: Callable[[str, str, ItemError, dict], None]):
+        self.name, self.max_failed, self.report = name, max_failed, report
+        self.counts: dict[str, int] = {}
+        self.streak, self.reported = 0, False
+
+    def see(
+        self,
+        kinds: Mapping[str, int],
+        first: ItemError | None,
+        all_failed: bool,
+        rows: Sequence[Mapping[str, Any]] = (),
+        what: str = "steps",
+    ) -> None:
+        """One batch of the reward: its failed items by kind, the first one, whether every item failed, and
+        the batch's rows (what the report shows of the first failed item)."""
+        for kind, n in kinds.items():
+            self.counts[kind] = self.counts.get(kind, 0) + n
+        if first is not None and not self.reported:
+            self.reported = True
+            row = {k: str(v)[:500] for k, v in dict(rows[first.row]).items()} if first.row < len(rows) else {}
+            shown = {k: v[:100] for k, v in row.items()}
+            line = f"reward {self.name!r}: first error ({first.kind}) on row {first.row}: {first.message}"
+            self.report(self.name, line + (f"; row: {shown}" if shown else ""), first, row)
+        self.streak = self.streak + 1 if all_failed else 0
+        if self.max_failed and self.streak >= self.max_failed and first is not None:
+            raise RewardFailure(
+                f"reward {self.name!r} failed on every item for {self.streak} consecutive {what} ({first.kind}: "
+                f"{first.message}); fix the reward, or allow it with reward.max_failed_steps=0"
+            )
 
 
 REWARDS = Registry("reward")

@@ -26,10 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hadw.errors import UserError
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
-    ItemError,
+    FailureWatch,
     ItemScores,
     RewardFn,
     RewardFunction,
@@ -139,46 +138,6 @@ def _text(completion: Any) -> str:
     if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
         return str(completion[-1].get("content", ""))
     return str(completion)
-
-
-class RewardFailure(UserError):
-    """A reward failed on every item for too many consecutive batches: it is broken, not the completions."""
-
-
-class FailureWatch:
-    """Makes a reward's errors visible: its first failed item (kind, message, row) is reported once via
-    `report(name, line, error, row)`, failed items are counted by kind in `counts`, and `max_failed` consecutive
-    batches in which every item failed raise RewardFailure naming the reward and the error (0 = never)."""
-
-    def __init__(self, name: str, max_failed: int, report: Callable[[str, str, ItemError, dict], None]):
-        self.name, self.max_failed, self.report = name, max_failed, report
-        self.counts: dict[str, int] = {}
-        self.streak, self.reported = 0, False
-
-    def see(
-        self,
-        kinds: Mapping[str, int],
-        first: ItemError | None,
-        all_failed: bool,
-        rows: Sequence[Mapping[str, Any]] = (),
-        what: str = "steps",
-    ) -> None:
-        """One batch of the reward: its failed items by kind, the first one, whether every item failed, and
-        the batch's rows (what the report shows of the first failed item)."""
-        for kind, n in kinds.items():
-            self.counts[kind] = self.counts.get(kind, 0) + n
-        if first is not None and not self.reported:
-            self.reported = True
-            row = {k: str(v)[:500] for k, v in dict(rows[first.row]).items()} if first.row < len(rows) else {}
-            shown = {k: v[:100] for k, v in row.items()}
-            line = f"reward {self.name!r}: first error ({first.kind}) on row {first.row}: {first.message}"
-            self.report(self.name, line + (f"; row: {shown}" if shown else ""), first, row)
-        self.streak = self.streak + 1 if all_failed else 0
-        if self.max_failed and self.streak >= self.max_failed and first is not None:
-            raise RewardFailure(
-                f"reward {self.name!r} failed on every item for {self.streak} consecutive {what} ({first.kind}: "
-                f"{first.message}); fix the reward, or allow it with reward.max_failed_steps=0"
-            )
 
 
 def trl_reward(

@@ -20,6 +20,7 @@ Chat template: ChatML as in Qwen2.5-Instruct,
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -135,7 +136,10 @@ def load_model(
     if dtype not in _DTYPES:
         raise ValueError(f"load_model: dtype={dtype!r}; allowed: {sorted(_DTYPES)}")
     path = resolve_model_path(path_or_dir)
+    check_model_config(path)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    if not tokenizer("1+1=", add_special_tokens=False).input_ids:  # e.g. the folder has no tokenizer files
+        raise ValueError(f"load_model: the tokenizer in {path} encodes text to no tokens (no tokenizer files?)")
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"load_model: tokenizer in {path} has neither a pad nor an eos token")
@@ -148,6 +152,47 @@ def load_model(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+# Sizes past these are not a model but a typo or a crafted config.json that would allocate terabytes.
+MAX_CONFIG_SIZES = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 18,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+}
+
+
+def check_model_config(path: Path) -> None:
+    """ValueError naming config.json's field when the file is not a JSON object or a size is not a positive
+    integer within MAX_CONFIG_SIZES: checked before anything is allocated from it."""
+    config = path / "config.json"
+    if not config.is_file():
+        return  # transformers says what is missing
+    try:
+        data = json.loads(config.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ValueError(f"{config}: not a JSON config ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config}: holds a {type(data).__name__}, not a JSON object")
+    text_config = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    for key, limit in MAX_CONFIG_SIZES.items():
+        value = data.get(key, text_config.get(key))
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+            raise ValueError(f"{config}: {key}={value!r} is not a plausible size; allowed: an integer in [1, {limit}]")
+
+
+def model_load_error(err: BaseException) -> str:
+    """One line for why a model folder did not load (transformers' messages run over many lines; a refused
+    pickle's advice to pass weights_only=False is not one to follow for a file from elsewhere)."""
+    text = " ".join(str(err).split())
+    if "weights_only" in text or "WeightsUnpickler" in text:
+        return "its weights are a pickle that is not plain tensors (refused: it could run code); use safetensors"
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:

@@ -30,6 +30,23 @@ def _anchor_options(pairs: list[str]) -> dict[str, float | int]:
     return options
 
 
+def _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam, lr, level_prompts, anchor) -> None:
+    """The numeric options, checked before a progress bar starts: NaN / inf / out of range is one line."""
+    from hadw.cli_lists import check_range
+    from hadw.core import ANCHORS
+
+    for option, value, low in (("--steps", steps, 1), ("--prompts", prompts, 1), ("--group-size", group_size, 2),
+                               ("--eval-every", eval_every, 1), ("--spread", spread, 0.0),
+                               ("--skill-lr", skill_lr, 0.0)):
+        check_range(option, value, low)
+    check_range("--lam", lam, 0.0, 100.0, low_open=True)
+    check_range("--lr", lr, 0.0, low_open=True)
+    if min(parse_ints(level_prompts, "--level-prompts")) < 1:
+        raise SimInputError(f"--level-prompts {level_prompts!r}: every level needs >= 1 prompt")
+    if anchor not in ANCHORS:
+        raise SimInputError(f"--anchor {anchor!r}: unknown anchor; allowed: {', '.join(ANCHORS)}")
+
+
 def sim(
     arms: Annotated[
         str, typer.Option("--arms", help="Comma-separated arms: grpo, grpo_lam, hadw, hadw_norm, hadw_oracle, "
@@ -104,6 +121,7 @@ def sim(
     from hadw.sim.engine import ARMS, SimSettings, simulate
     from hadw.sim.report import plot, rich_table, to_json
 
+    _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam, lr, level_prompts, anchor)
     arm_list = [a for a in arms.replace(" ", "").split(",") if a]
     if not arm_list or any(a not in ARMS for a in arm_list):
         raise SimInputError(f"--arms {arms!r}: allowed arms are {', '.join(ARMS)}")

@@ -33,6 +33,12 @@ def train(
         bool,
         typer.Option("--accept-changes", help="with --resume: apply settings that differ from the saved run's"),
     ] = False,
+    interpolate: Annotated[
+        bool,
+        typer.Option(
+            "--interpolate", help="resolve ${...} in values (${train.seed}, ${oc.env:VAR}); else they are literal text"
+        ),
+    ] = False,
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
     from hadw.train.config import load_config
@@ -42,7 +48,7 @@ def train(
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
-    cfg = load_config(config, overrides)  # errors: one line, exit 2 (hadw.cli.handle_user_errors)
+    cfg = load_config(config, overrides, interpolate)  # errors: one line, exit 2 (hadw.cli.handle_user_errors)
     if show_config:
         from hadw.train.config_docs import show_config as render
 
@@ -80,24 +86,47 @@ def sft(
     """SFT warm start on a built-in task, stopping at a target accuracy; saves a normal HF model."""
     import torch
 
+    from hadw.cli_lists import check_range, parse_ints
+    from hadw.data import TASKS, DatasetError, make_fields
     from hadw.rollout import build_tiny_model, load_model
     from hadw.train.sft import SFTConfig, sft_warm_start
 
-    _quiet_transformers()
-    torch.manual_seed(seed)
-    start = model or build_tiny_model(out_dir / "random_init", seed=seed)
-    net, tokenizer = load_model(start)
-    from hadw.data import DatasetError, make_fields
-
+    # every option checked before a model is built or loaded: a bad one fails in a second, in one line
+    check_range("--target-accuracy", target_accuracy, 0.0, 1.0)  # above 1 would never be reached
+    check_range("--max-steps", max_steps, 0)
+    check_range("--max-seconds", max_seconds, 0.0, low_open=True)
+    check_range("--lr", lr, 0.0, 1.0, low_open=True)
+    check_range("--batch-size", batch_size, 1, 1 << 20)
+    level_list = parse_ints(levels, "--levels")
+    if not data:
+        if task not in TASKS:
+            raise typer.BadParameter(f"{task!r}; allowed: {', '.join(TASKS)}", param_hint="'--task'")
+        bad = [level for level in level_list if level not in TASKS[task].levels]
+        if bad:
+            allowed = ", ".join(map(str, TASKS[task].levels))
+            raise typer.BadParameter(f"{bad} not levels of task {task!r}; allowed: {allowed}", param_hint="'--levels'")
     try:
         fields = make_fields("auto", prompt_field, answer_field)
     except DatasetError as err:
         raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
+    if model is not None and not (model.is_dir() and (model / "config.json").is_file()):
+        raise typer.BadParameter(f"{model}: not a model folder (no config.json)", param_hint="'--model'")
+
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    start = model or build_tiny_model(out_dir / "random_init", seed=seed)
+    try:
+        net, tokenizer = load_model(start)
+    except Exception as err:
+        from hadw.rollout.models import model_load_error
+
+        raise typer.BadParameter(f"{start}: cannot load the model: {model_load_error(err)}",
+                                 param_hint="'--model'") from None
     cfg = SFTConfig(
         task=task,
         source=data or "",
         fields=fields,
-        levels=[int(x) for x in levels.split(",")],
+        levels=level_list,
         batch_size=batch_size,
         lr=lr,
         max_steps=max_steps,

@@ -362,7 +362,7 @@ def load_config(
         try:
             merged = OmegaConf.merge(merged, source)
         except ConfigKeyError as err:
-            raise _unknown_key_error(str(err.full_key)) from None
+            raise ConfigError(f"{where}: {_unknown_key_error(str(err.full_key))}") from None
         except (ValidationError, ConfigTypeError) as err:
             key = err.full_key or "?"
             message = (err.msg or str(err) or type(err).__name__).splitlines()[0]
@@ -508,9 +508,12 @@ def _check_sections(data: Any, where: str, node: Any = Config, prefix: str = "")
     if not isinstance(data, dict) or not is_dataclass(node):
         return
     hints = typing.get_type_hints(node)
-    for key, value in data.items():
+    for key, value in list(data.items()):
         section = hints.get(key) if isinstance(key, str) else None
         if section is None or not is_dataclass(section):
+            continue
+        if value is None:  # `train:` with nothing under it: an empty section
+            del data[key]
             continue
         if not isinstance(value, dict):
             keys = ", ".join(f.name for f in fields(section))
@@ -694,6 +697,7 @@ def validate(cfg: Config) -> None:
     if cfg.data.limit is not None:
         _range("data.limit", cfg.data.limit, 1, 1 << 40)
     _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
+    _range("reward.timeout_s", cfg.reward.timeout_s, 0.0, 1e6)  # finite: inf would disable the bound
     _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
@@ -704,6 +708,11 @@ def validate(cfg: Config) -> None:
     _range("train.ppo_epochs", t.ppo_epochs, 1, 100)
     _range("train.micro_batch_size", t.micro_batch_size, 0, 1 << 20)
     rw = cfg.reward
+    if len(set(rw.functions)) != len(rw.functions):
+        raise ConfigError(f"reward.functions={list(rw.functions)} names a reward twice; give each once (weigh it "
+                          "with reward.weights)")
+    if rw.weights is not None and not all(math.isfinite(w) for w in rw.weights):
+        raise ConfigError(f"reward.weights={list(rw.weights)} is not allowed; allowed: finite numbers")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):
         raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")
     if rw.correctness not in rw.functions:

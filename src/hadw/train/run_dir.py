@@ -15,6 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
+import yaml
+
 from hadw.errors import UserError
 from hadw.safe_files import open_nofollow, refuse_link
 
@@ -173,15 +175,15 @@ def config_differences(saved: dict, new: dict) -> list[str]:
 
 def saved_config(run_dir: Path) -> dict:
     """The config.yaml a run wrote in run_dir, as a mapping ({} when there is none); a file that is not
-    the YAML mapping a run writes is a RunDirError."""
-    import yaml
+    the YAML mapping a run writes (damaged, an alias bomb, a list) is a RunDirError."""
+    from hadw.train.config import ConfigError, parse_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file() or path.is_symlink():
         return {}
     try:
-        data = yaml.safe_load(path.read_bytes()[: 1 << 20].decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
+        data = parse_yaml(path.read_bytes()[: 1 << 20].decode("utf-8"), str(path))
+    except (UnicodeDecodeError, ConfigError, yaml.YAMLError) as err:
         problem = f"not the YAML a run writes ({type(err).__name__})"
         raise RunDirError(f"{path}: {problem}; restore it or remove it") from None
     if not isinstance(data, dict):

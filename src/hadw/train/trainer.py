@@ -35,10 +35,10 @@ from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
-from hadw.rewards.loader import FailureWatch
+from hadw.rewards.base import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.rollout.models import is_hub_id, model_device
+from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, open_append
 from hadw.train.checkpoint import (
     CheckpointError,
@@ -251,8 +251,8 @@ class Trainer:
         self.start_step = 0
         # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
         # is refused (CheckpointError), so a resume never starts over beside checkpoints it cannot read.
-        warn = lambda message: print(message, file=sys.stderr)
-        checkpoint = resume_checkpoint(self.run_dir, warn) if resume else None
+        notes: list[str] = []  # a fallback from an unusable `latest`: said once the checkpoint is accepted
+        checkpoint = resume_checkpoint(self.run_dir, notes.append) if resume else None
         restart = False
         if resume and checkpoint is None:
             if not holds_run(self.run_dir):
@@ -265,6 +265,8 @@ class Trainer:
             print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
         if checkpoint is not None:
             self._resume_from(checkpoint, accept_changes)
+            for note in notes:
+                print(note, file=sys.stderr)
         self._clean_leftovers()
         self.logger = MetricsLogger(
             self.run_dir,
@@ -418,11 +420,10 @@ class Trainer:
                 path = self._warm_start(path)
         try:
             model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
-        except (OSError, ValueError) as err:
-            if isinstance(err, UserError):  # e.g. offline and not cached: already one clear line
-                raise
-            line = " ".join(str(err).split())[:300]
-            raise ConfigError(f"model.path={path}: cannot load the model: {line}") from None
+        except UserError:  # e.g. offline and not cached: already one clear line
+            raise
+        except Exception as err:  # a damaged or mismatched folder, whatever transformers raises
+            raise ConfigError(f"model.path={path}: cannot load the model: {model_load_error(err)}") from None
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model, tokenizer
