@@ -36,3 +36,10 @@ def test_the_real_model_figures_are_the_reports():
     rows = {m[0]: m[1:] for m in re.findall(r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|", report, re.M)}
     (before, grpo), (_, hadw) = rows["grpo"], rows["grpo_hadw"]
     assert f"held-out greedy accuracy {before} → {grpo} (GRPO) and {hadw} (GRPO+HA-DW)" in PROSE
+
+
+def test_the_135m_trl_ratios_are_the_benchmarks_output():
+    output = (REPO_ROOT / "benchmarks" / "train_vs_trl_135m.md").read_text(encoding="utf-8")
+    cpu = re.findall(r"by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", output)
+    (n_lo, n_med, n_hi), (e_lo, e_med, e_hi) = [[f"{float(v):.2f}" for v in row] for row in cpu]
+    assert f"natural ×{n_med} [{n_lo}–{n_hi}], equal work ×{e_med} [{e_lo}–{e_hi}] by CPU time" in PROSE
