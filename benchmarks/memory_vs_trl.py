@@ -71,6 +71,7 @@ def build_model(out: Path) -> Path:
 
 
 def child_hadw(model_dir: Path, out: Path, checkpointing: bool) -> dict:
+    from hadw import metrics as M
     from hadw.data import Problem
     from hadw.train.config import load_config
     from hadw.train.trainer import Trainer
@@ -88,7 +89,7 @@ def child_hadw(model_dir: Path, out: Path, checkpointing: bool) -> dict:
     problems = [Problem(q, "0", None, "bench", str(i)) for i, q in enumerate(PROMPT_TEXTS)]
     trainer.source.batch = lambda step, n, round_=0: problems[:n]  # the same two prompts as the TRL side
     metrics = trainer.train_step(0)
-    return {"imports_gb": imports, "tokens": metrics["response/length_mean"], **_peaks()}
+    return {"imports_gb": imports, "tokens": metrics[M.RESPONSE_LENGTH_MEAN], **_peaks()}
 
 
 def child_trl(model_dir: Path, out: Path, checkpointing: bool) -> dict:

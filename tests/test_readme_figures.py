@@ -43,3 +43,10 @@ def test_the_135m_trl_ratios_are_the_benchmarks_output():
     cpu = re.findall(r"by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", output)
     (n_lo, n_med, n_hi), (e_lo, e_med, e_hi) = [[f"{float(v):.2f}" for v in row] for row in cpu]
     assert f"natural ×{n_med} [{n_lo}–{n_hi}], equal work ×{e_med} [{e_lo}–{e_hi}] by CPU time" in PROSE
+
+
+def test_the_135m_memory_figures_are_the_benchmarks_output():
+    output = (REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8")
+    hadw, trl = re.findall(r"peak RSS [\d.]+ / ([\d.]+) / [\d.]+ GiB", output)
+    lo, med, hi = re.search(r"paired by repeat\): ([\d.]+) / ([\d.]+) / ([\d.]+)", output).groups()
+    assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in PROSE and f"ratio ×{med} [{lo}–{hi}]" in PROSE
