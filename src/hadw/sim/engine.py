@@ -79,7 +79,10 @@ class SimSettings:
     arms: list[str] = field(default_factory=lambda: list(ARMS))
     eval_every: int = 5  # record the true accuracy every this many steps (and at the last one)
     # softmax model: the policy
-    answers: int = 4  # K candidate answers per prompt (one correct)
+    # T tokens per answer, each a softmax over K (token 0 right); an answer is right when every token is. T > 1: a
+    # wrong answer shares most tokens with the right one, so pushing it down also pushes down those shared tokens
+    tokens: int = 1
+    answers: int = 4  # K candidate answers per prompt (one correct); with tokens > 1: K candidates per token
     wrong_concentration: float = 0.6  # share of the initial wrong mass on the dominant wrong answer (≥ 1/(K−1))
     features: int = 16  # random per-prompt feature dimensions (besides a constant and a level indicator)
     feature_scale: float = 1.0  # norm scale of the random features (how much prompts of a level differ in W)
@@ -126,8 +129,8 @@ def _check(settings: SimSettings) -> None:
         raise ValueError(f"model must be one of {MODELS}, optimizer one of {OPTIMIZERS}, normalize one of {NORMALIZE}")
     if (settings.model, settings.optimizer) not in DEFAULT_LR:
         raise ValueError("the logit model trains with plain SGD only (optimizer=sgd)")
-    if settings.answers < 2 or settings.mini_batch_prompts < 1 or settings.ppo_epochs < 1:
-        raise ValueError("need answers >= 2, mini_batch_prompts >= 1 and ppo_epochs >= 1")
+    if settings.answers < 2 or settings.mini_batch_prompts < 1 or settings.ppo_epochs < 1 or settings.tokens < 1:
+        raise ValueError("need answers >= 2, tokens >= 1, mini_batch_prompts >= 1 and ppo_epochs >= 1")
     if settings.answers > 2 and not 1 / (settings.answers - 1) <= settings.wrong_concentration < 1:
         raise ValueError(f"wrong_concentration must be in [1/(K-1), 1) = [{1 / (settings.answers - 1):.3f}, 1)")
 
