@@ -10,7 +10,8 @@ so the initial success rate of a prompt is sigmoid(offset + spread·ε) and its 
 dominant wrong answer, as a language model's often is on one wrong completion. With `tokens` = T > 1 an answer is
 T tokens, each a softmax over K as above (token 0 right, its rate the T-th root of the prompt's), and it is right
 when every token is: a wrong answer then shares its right tokens with the right answer, so a negative advantage
-pushes those shared tokens down too (the trainer's per-token loss, one logit block per position). W starts at 0 (the warm start).
+pushes those shared tokens down too (the trainer's per-token loss, one logit block per position).
+W starts at 0 (the warm start).
 Learning on one prompt moves every prompt through the constant and level features, and partly through the
 random ones. A sampled answer a has log π(a) = log_softmax(logits)[a]: d log π(a) / d logits = e_a − π, so the
 correct and the wrong responses of a group push in different directions, unlike a binary outcome on one logit.
