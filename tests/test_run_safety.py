@@ -114,6 +114,21 @@ def test_tiny_model_settings_are_inert_for_a_run_from_a_model_path():
     ]
 
 
+def test_a_key_added_after_the_run_was_saved_is_no_difference_at_its_default(tiny_path, tmp_path):
+    """A checkpoint from before optim.name / hadw.normalize / reward.max_failed_steps existed resumes without
+    --accept-changes when the new keys keep their defaults (the behaviour that run had)."""
+    from hadw.train.config import Config
+
+    defaults = Config().to_dict()
+    new = load_config(None, _overrides(tiny_path, tmp_path / "run")).to_dict()
+    old = json.loads(json.dumps(new))
+    del old["optim"]["name"], old["hadw"]["normalize"], old["reward"]["max_failed_steps"]
+    assert config_differences(old, new, defaults) == []
+    changed = load_config(None, _overrides(tiny_path, tmp_path / "run", "optim.name=sgd")).to_dict()
+    assert config_differences(old, changed, defaults) == ["optim.name: '<unset>' -> 'sgd'"]
+    assert config_differences(old, new) != []  # without the defaults every new key would count
+
+
 def test_accepted_changes_are_what_runs_and_what_config_yaml_records(tiny_path, tmp_path):
     run = tmp_path / "run"
     _trainer(tiny_path, run, "hadw.enabled=true").train()

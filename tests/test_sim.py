@@ -197,3 +197,14 @@ def test_softmax_options_run_and_are_checked():
         simulate(_small(optimizer="adamw"))
     with pytest.raises(ValueError, match="wrong_concentration"):
         simulate(_softmax(wrong_concentration=0.2))
+
+
+def test_token_answers_start_where_one_token_does_and_learn():
+    """tokens=T: each of T tokens right with the T-th root of the prompt's rate, so the whole answer starts as the
+    one-token model does; tokens=1 is the one-token model itself."""
+    one = simulate(_softmax(arms=["grpo"], steps=10))
+    again = simulate(_softmax(arms=["grpo"], steps=10, tokens=1))
+    assert np.array_equal(one.curves["grpo"], again.curves["grpo"])
+    three = simulate(_softmax(arms=["grpo", "hadw_norm"], steps=30, tokens=3))
+    np.testing.assert_allclose(three.curves["grpo"][0], one.curves["grpo"][0], atol=0.03)
+    assert np.all(three.curves["grpo"][-1] > three.curves["grpo"][0])

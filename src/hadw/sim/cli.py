@@ -87,7 +87,11 @@ def sim(
     anchor_opt: Annotated[
         list[str], typer.Option("--anchor-opt", help="KEY=NUMBER option of the anchor, e.g. k=10 (repeat).")
     ] = [],
-    answers: Annotated[int, typer.Option("--answers", help="softmax: K candidate answers per prompt.")] = 4,
+    answers: Annotated[int, typer.Option("--answers", help="softmax: K candidate answers (per token) per prompt.")] = 4,
+    tokens: Annotated[
+        int, typer.Option("--tokens", help="softmax: T tokens per answer (right when all are); T > 1: wrong answers "
+                          "share tokens with the right one, as a language model's do.")
+    ] = 1,
     wrong_concentration: Annotated[
         float, typer.Option("--wrong-concentration", help="softmax: share of the wrong mass on the dominant wrong "
                             "answer at the start.")
@@ -146,6 +150,7 @@ def sim(
         arms=arm_list,
         eval_every=eval_every,
         answers=answers,
+        tokens=tokens,
         wrong_concentration=wrong_concentration,
         features=features,
         optimizer=optimizer,

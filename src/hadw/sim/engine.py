@@ -45,8 +45,9 @@ ARMS = ("grpo", "grpo_lam", "hadw", "hadw_norm", "hadw_oracle", "debiased")
 MODELS = ("softmax", "logit")
 OPTIMIZERS = ("adamw", "sgd")
 # The learning rate `lr=None` stands for, per (model, optimiser): calibrated so that GRPO on the default population
-# (the tiny model's `sums` 2-4 testbed, benchmarks/sim_vs_trainer.md) ends where the tiny model's GRPO ends.
-DEFAULT_LR = {("softmax", "adamw"): 3e-4, ("softmax", "sgd"): 0.5, ("logit", "sgd"): 0.5}
+# (the tiny model's `sums` 2-4 testbed, benchmarks/sim_vs_trainer.md) ends where the tiny model's GRPO ends (AdamW:
+# the trainer's defaults; SGD: optim.lr=0.01 with the clip off, a one-seed pilot; the logit model: its old default).
+DEFAULT_LR = {("softmax", "adamw"): 3e-4, ("softmax", "sgd"): 0.0012, ("logit", "sgd"): 0.5}
 # The tiny model's paired SD of a final avg@k difference between two arms (points of accuracy / 100), measured
 # over 20 seeds on the `sums` 2-4 testbed (benchmarks/hadw_effect.md): what `seeds needed` assumes by default.
 TINY_PAIRED_SD = 0.013
@@ -79,7 +80,10 @@ class SimSettings:
     arms: list[str] = field(default_factory=lambda: list(ARMS))
     eval_every: int = 5  # record the true accuracy every this many steps (and at the last one)
     # softmax model: the policy
-    answers: int = 4  # K candidate answers per prompt (one correct)
+    # T tokens per answer, each a softmax over K (token 0 right); an answer is right when every token is. T > 1: a
+    # wrong answer shares most tokens with the right one, so pushing it down also pushes down those shared tokens
+    tokens: int = 1
+    answers: int = 4  # K candidate answers per prompt (one correct); with tokens > 1: K candidates per token
     wrong_concentration: float = 0.6  # share of the initial wrong mass on the dominant wrong answer (≥ 1/(K−1))
     features: int = 16  # random per-prompt feature dimensions (besides a constant and a level indicator)
     feature_scale: float = 1.0  # norm scale of the random features (how much prompts of a level differ in W)
@@ -126,8 +130,8 @@ def _check(settings: SimSettings) -> None:
         raise ValueError(f"model must be one of {MODELS}, optimizer one of {OPTIMIZERS}, normalize one of {NORMALIZE}")
     if (settings.model, settings.optimizer) not in DEFAULT_LR:
         raise ValueError("the logit model trains with plain SGD only (optimizer=sgd)")
-    if settings.answers < 2 or settings.mini_batch_prompts < 1 or settings.ppo_epochs < 1:
-        raise ValueError("need answers >= 2, mini_batch_prompts >= 1 and ppo_epochs >= 1")
+    if settings.answers < 2 or settings.mini_batch_prompts < 1 or settings.ppo_epochs < 1 or settings.tokens < 1:
+        raise ValueError("need answers >= 2, tokens >= 1, mini_batch_prompts >= 1 and ppo_epochs >= 1")
     if settings.answers > 2 and not 1 / (settings.answers - 1) <= settings.wrong_concentration < 1:
         raise ValueError(f"wrong_concentration must be in [1/(K-1), 1) = [{1 / (settings.answers - 1):.3f}, 1)")
 

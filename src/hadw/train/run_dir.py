@@ -156,10 +156,16 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def config_differences(saved: dict, new: dict) -> list[str]:
+def config_differences(saved: dict, new: dict, defaults: dict | None = None) -> list[str]:
     """'key: saved -> new' for every setting that differs between a saved run's config and the new one,
-    except those a resume may change freely (RESUME_FREE_KEYS / _SECTIONS)."""
+    except those a resume may change freely (RESUME_FREE_KEYS / _SECTIONS).
+
+    defaults: the current Config's defaults. A key the saved run did not have yet (added by a later version)
+    counts as a difference only when the new value is not its default: the old run ran with that behaviour."""
     a, b = _flatten(saved), _flatten(new)
+    for key, value in _flatten(defaults or {}).items():
+        if key not in a and b.get(key) == value:
+            a[key] = value
     # model.tiny.* builds and warm-starts the model only when model.path is empty: inert for a run from a checkpoint
     tiny_inert = bool(a.get("model.path")) and bool(b.get("model.path"))
     diffs = []

@@ -310,7 +310,7 @@ class Trainer:
 
     def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
         """The settings that differ from the saved run's (config_differences); refused unless accepted."""
-        diffs = config_differences(saved, self.cfg.to_dict())
+        diffs = config_differences(saved, self.cfg.to_dict(), Config().to_dict())
         if diffs and not accept_changes:
             raise RunDirError(
                 f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
