@@ -113,8 +113,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from hadw.rollout import build_tiny_model
 
-    model = build_tiny_model(out / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, seed=0)
+    model = build_tiny_model(
+        out / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=0
+    )
 
     t0 = time.monotonic()
     ref = launch(overrides(model, out / "reference", args.steps))
@@ -169,11 +170,15 @@ def main() -> None:
     weights = not failures and same_weights(out / "reference" / "final_model", run / "final_model")
     metrics = not failures and records(out / "reference") == records(run)
     leftovers = sorted(p.name for p in run.glob(".tmp-*")) + sorted(p.name for p in run.glob(".final_model.tmp*"))
-    print(f"kills: {kills} (kill -9: {kinds['startup']} at startup, {kinds['step']} mid-step, "
-          f"{kinds['checkpoint']} during a checkpoint write)")
+    print(
+        f"kills: {kills} (kill -9: {kinds['startup']} at startup, {kinds['step']} mid-step, "
+        f"{kinds['checkpoint']} during a checkpoint write)"
+    )
     print(f"resumes: {clean_starts}/{resumes} relaunches ran without an error")
-    print(f"bit-exact: {'yes' if weights and metrics else 'no'} (final weights {'equal' if weights else 'DIFFER'}, "
-          f"{args.steps} per-step metric rows {'equal' if metrics else 'DIFFER'})")
+    print(
+        f"bit-exact: {'yes' if weights and metrics else 'no'} (final weights {'equal' if weights else 'DIFFER'}, "
+        f"{args.steps} per-step metric rows {'equal' if metrics else 'DIFFER'})"
+    )
     print(f"leftover temporary folders: {leftovers or 'none'}")
     for failure in failures:
         print(f"FAILED: {failure}")

@@ -122,7 +122,7 @@ def report(args: argparse.Namespace, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        "Task: `sums` levels 1–2 as a chat question (\"What is 47+8?\"), reward `final_number` (last integer of the",
+        'Task: `sums` levels 1–2 as a chat question ("What is 47+8?"), reward `final_number` (last integer of the',
         f"completion equals the sum), G = 8, {args.prompts} prompts per step (2 optimiser steps), "
         f"{args.max_new_tokens} new tokens, T = 1, lr {args.lr}, {args.steps} steps, seed {args.seed}, fp32, one torch "
         "thread per arm. "

@@ -64,8 +64,11 @@ def main() -> None:
                         cells.append(dict(optimizer=opt, difficulty=diff_name, G=G, lam=lam, normalize=norm,
                                           grpo=float(base.mean()), diff=d.mean, low=d.low, high=d.high,
                                           seeds_needed=None if need == float("inf") else int(need)))  # fmt: skip
-                    print(f"{opt} {diff_name} G={G} λ={lam}: Δ hadw {cells[-2]['diff']:+.4f}, "
-                          f"hadw_norm {cells[-1]['diff']:+.4f}", flush=True)
+                    print(
+                        f"{opt} {diff_name} G={G} λ={lam}: Δ hadw {cells[-2]['diff']:+.4f}, "
+                        f"hadw_norm {cells[-1]['diff']:+.4f}",
+                        flush=True,
+                    )
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(cells, indent=1) + "\n", encoding="utf-8")
     print(f"\n{time.perf_counter() - start:.0f} s\n")
@@ -95,8 +98,10 @@ def report(cells: list[dict], out: Path) -> None:
     axes[1].legend(fontsize=6.5, ncol=2)
     save(fig, out)
     print(f"figure {out}\n")
-    print("| optimiser | difficulty | G | GRPO final | Δ λ=1.3 | Δ λ=2.0 | Δ normalize=batch "
-          "| seeds needed (λ=1.3 / 2.0 / batch) |")
+    print(
+        "| optimiser | difficulty | G | GRPO final | Δ λ=1.3 | Δ λ=2.0 | Δ normalize=batch "
+        "| seeds needed (λ=1.3 / 2.0 / batch) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for opt in OPTIMISERS:
         for diff_name in DIFFICULTY:
@@ -105,8 +110,10 @@ def report(cells: list[dict], out: Path) -> None:
                      if (r["optimizer"], r["difficulty"], r["G"]) == (opt, diff_name, G)}  # fmt: skip
                 need = " / ".join(str(c[k]["seeds_needed"] or ">10^6") for k in ((1.3, "none"), (2.0, "none"),
                                                                                 (1.3, "batch")))  # fmt: skip
-                print(f"| {opt} | {diff_name} | {G} | {c[(1.3, 'none')]['grpo']:.3f} | {c[(1.3, 'none')]['diff']:+.4f} "
-                      f"| {c[(2.0, 'none')]['diff']:+.4f} | {c[(1.3, 'batch')]['diff']:+.4f} | {need} |")
+                print(
+                    f"| {opt} | {diff_name} | {G} | {c[(1.3, 'none')]['grpo']:.3f} | {c[(1.3, 'none')]['diff']:+.4f} "
+                    f"| {c[(2.0, 'none')]['diff']:+.4f} | {c[(1.3, 'batch')]['diff']:+.4f} | {need} |"
+                )
 
 
 if __name__ == "__main__":

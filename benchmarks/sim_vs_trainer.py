@@ -55,8 +55,11 @@ def verdicts(json_dir: Path, study: Path, key: str = "val/all/avg@4") -> str:
     interval widened on both sides by the measurement's 95 % half-width (the rule registered beforehand)."""
     from hadw.experiments.stats import minimal_detectable_effect
 
-    out = ["| optimiser | trainer arm − grpo | predicted [95 %] | measured [95 %] (n) | p | MDE 80 % | "
-           "widened interval | verdict |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| optimiser | trainer arm − grpo | predicted [95 %] | measured [95 %] (n) | p | MDE 80 % | "
+        "widened interval | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for opt, prefix in (("adamw", ""), ("sgd", "sgd_")):
         pred = json.loads((json_dir / f"pred_{opt}.json").read_text(encoding="utf-8"))
         measured = json.loads((study / f"compare_{prefix}grpo.json").read_text(encoding="utf-8"))["metrics"][key]
@@ -70,9 +73,11 @@ def verdicts(json_dir: Path, study: Path, key: str = "val/all/avg@4") -> str:
             low, high = p["low"] - hw, p["high"] + hw
             verdict = "consistent" if low <= m["mean"] <= high else "**miss**"
             mde = minimal_detectable_effect(m["n"], m["std"])
-            out.append(f"| {opt} | {prefix + name} | {p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | "
-                       f"{m['mean']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}] ({m['n']}) | {d['p_value']:.3f} | "
-                       f"{mde:.4f} | [{low:+.4f}, {high:+.4f}] | {verdict} |")
+            out.append(
+                f"| {opt} | {prefix + name} | {p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | "
+                f"{m['mean']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}] ({m['n']}) | {d['p_value']:.3f} | "
+                f"{mde:.4f} | [{low:+.4f}, {high:+.4f}] | {verdict} |"
+            )
     return "\n".join(out)
 
 
@@ -94,15 +99,19 @@ def main() -> None:
         start = " / ".join(f"{g[b]['start']:.3f}" for b in ("L1", "L2", "L3", "all"))
         final = " / ".join(f"{g[b]['final']['mean']:.3f}" for b in ("L1", "L2", "L3", "all"))
         out.append(f"GRPO: start {start}, final {final} (sums L2 / L3 / L4 / all)\n")
-        out.append("| trainer arm − grpo | sim arm | predicted Δ avg@k all [95 % over 20 sim seeds] | L2 | L3 | L4 "
-                   "| seeds a real run needs (SD 0.013) |")
+        out.append(
+            "| trainer arm − grpo | sim arm | predicted Δ avg@k all [95 % over 20 sim seeds] | L2 | L3 | L4 "
+            "| seeds a real run needs (SD 0.013) |"
+        )
         out.append("|---|---|---|---|---|---|---|")
         for arm in ("grpo_lam", "hadw", "hadw_norm"):
             d = diff(data, arm)
             levels = " | ".join(f"{diff(data, arm, b)['mean']:+.4f}" for b in ("L1", "L2", "L3"))
             need = data["summary"][arm]["all"]["seeds_needed"]
-            out.append(f"| {TRAINER_ARM[arm]} | {arm} | {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] | "
-                       f"{levels} | {need or '>10^6'} |")
+            out.append(
+                f"| {TRAINER_ARM[arm]} | {arm} | {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] | "
+                f"{levels} | {need or '>10^6'} |"
+            )
         rows = []
         for name, knob in SENSITIVITY.items():
             tag = name.split(" (")[0].replace(" ", "_").replace("=", "").replace(".", "")

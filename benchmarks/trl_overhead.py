@@ -94,15 +94,19 @@ def main() -> None:
             plain_cpu, plain_wall, _ = run(GRPOTrainer, GRPOConfig, model_dir, Path(tmp) / f"p{r}", *shape)
             hadw_cpu, hadw_wall, adapter = run(TimedHADW, HADWGRPOConfig, model_dir, Path(tmp) / f"h{r}", *shape)
             rows.append((plain_cpu, plain_wall, hadw_cpu, hadw_wall, adapter))
-            print(f"repeat {r}: CPU ms/step plain {plain_cpu * 1e3:6.1f} HA-DW {hadw_cpu * 1e3:6.1f} "
-                  f"ratio {hadw_cpu / plain_cpu:.3f} | wall ratio {hadw_wall / plain_wall:.3f}")
+            print(
+                f"repeat {r}: CPU ms/step plain {plain_cpu * 1e3:6.1f} HA-DW {hadw_cpu * 1e3:6.1f} "
+                f"ratio {hadw_cpu / plain_cpu:.3f} | wall ratio {hadw_wall / plain_wall:.3f}"
+            )
 
     med = lambda xs: statistics.median(xs)
     spread = lambda xs: f"{min(xs):7.2f} / {med(xs):7.2f} / {max(xs):7.2f}"
     cpu_ratios = [h / p for p, _, h, _, _ in rows]
     wall_ratios = [h / p for _, p, _, h, _ in rows]
-    print(f"\nsetup: {opts.batch} completions/step (G=4), max_completion_length {opts.completion}, "
-          f"{opts.steps} steps x {opts.repeats} alternating repeats, {opts.threads} thread(s); min / median / max")
+    print(
+        f"\nsetup: {opts.batch} completions/step (G=4), max_completion_length {opts.completion}, "
+        f"{opts.steps} steps x {opts.repeats} alternating repeats, {opts.threads} thread(s); min / median / max"
+    )
     for name, cpu_i, wall_i in (("plain GRPOTrainer", 0, 1), ("HADWGRPOTrainer", 2, 3)):
         cpu_ms, wall_ms = [r[cpu_i] * 1e3 for r in rows], [r[wall_i] * 1e3 for r in rows]
         print(f"{name:18s}  ms/step CPU {spread(cpu_ms)}   wall {spread(wall_ms)}")

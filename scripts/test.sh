@@ -11,4 +11,5 @@ bash scripts/setup_verl.sh || echo "scripts/setup_verl.sh failed: the verl integ
 bash scripts/setup_slurm.sh || echo "scripts/setup_slurm.sh failed: the Slurm launcher tests will be skipped"
 source scripts/offline_env.sh
 .venv/bin/ruff check src tests benchmarks examples
+.venv/bin/ruff format --check src tests benchmarks examples
 .venv/bin/python -m pytest -q "$@"

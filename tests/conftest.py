@@ -43,7 +43,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         )
 
 
-
 def shared_data_dir() -> Path | None:
     """The benchmark data folder: $HADW_SHARED_DATA when it names a folder, else None (tests skip)."""
     env = os.environ.get("HADW_SHARED_DATA")

@@ -30,8 +30,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     """Every bad file of the table, written once."""
     d = tmp_path_factory.mktemp("bad")
     f: dict[str, Path] = {"dir": d}
-    f["model"] = build_tiny_model(d / "tiny", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                                  intermediate_size=64, seed=0)
+    f["model"] = build_tiny_model(
+        d / "tiny", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=0
+    )
 
     def write(name: str, data: str | bytes) -> None:
         path = d / name
@@ -47,7 +48,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     write("bad_value.yaml", "optim:\n  lr: -1\n")
     write("latin1.jsonl", b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n')
     write("bad_json.jsonl", '{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n{"problem": \n')
-    write("array_row.jsonl", '[1, 2, 3]\n')
+    write("array_row.jsonl", "[1, 2, 3]\n")
     write("no_fields.jsonl", '{"problem": "1+1", "answer": "2"}\n{"colour": "blue"}\n')
     write("empty.jsonl", "")
     write("fake.parquet", "this is not parquet\n")
@@ -167,9 +168,19 @@ def _fill(args: list[str], files: dict[str, Path]) -> list[str]:
 
 
 def _base(files, run: Path) -> list[str]:
-    return [f"model.path={files['model']}", f"train.output_dir={run}", "train.steps=1", "train.prompts_per_step=2",
-            "train.mini_batch_prompts=1", "rollout.group_size=2", "rollout.max_new_tokens=2",
-            "data.chat_template=never", "data.eval_size=0", "logging.progress=false", "train.num_threads=1"]
+    return [
+        f"model.path={files['model']}",
+        f"train.output_dir={run}",
+        "train.steps=1",
+        "train.prompts_per_step=2",
+        "train.mini_batch_prompts=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=2",
+        "data.chat_template=never",
+        "data.eval_size=0",
+        "logging.progress=false",
+        "train.num_threads=1",
+    ]
 
 
 @pytest.mark.parametrize(("args", "needles"), [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES])
@@ -177,8 +188,9 @@ def test_config_errors_are_one_line_exit_2(files, args, needles):
     _assert_one_line_error(_run(["train", *_fill(args, files)]), *needles)
 
 
-@pytest.mark.parametrize(("args", "needles"), [c[1:] for c in MODEL_CASES + DATA_CASES],
-                         ids=[c[0] for c in MODEL_CASES + DATA_CASES])
+@pytest.mark.parametrize(
+    ("args", "needles"), [c[1:] for c in MODEL_CASES + DATA_CASES], ids=[c[0] for c in MODEL_CASES + DATA_CASES]
+)
 def test_path_and_data_errors_are_one_line_exit_2(files, tmp_path, args, needles):
     result = _run(["train", *_base(files, tmp_path / "run"), *_fill(args, files)])
     _assert_one_line_error(result, *needles)
@@ -215,8 +227,9 @@ def test_a_folder_with_a_run_is_not_reused_silently(files, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    _assert_one_line_error(_run(["train", *_base(files, run)]), f"train.output_dir={run}", "already holds a run",
-                           "--resume", "--overwrite")
+    _assert_one_line_error(
+        _run(["train", *_base(files, run)]), f"train.output_dir={run}", "already holds a run", "--resume", "--overwrite"
+    )
 
 
 @pytest.mark.parametrize(
@@ -234,10 +247,20 @@ def test_full_disk_and_permission_denied_are_one_line(files, tmp_path, monkeypat
 def test_the_real_command_exits_2_with_one_line_and_hadw_debug_brings_the_traceback_back(files):
     environ = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
     command = [sys.executable, "-m", "hadw.cli", "train"]
-    plain = subprocess.Popen([*command, str(files["bad_syntax.yaml"])], env=environ, stderr=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    debug = subprocess.Popen([*command, "optim.lr=0"], env=environ | {"HADW_DEBUG": "1"}, stderr=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)  # both at once: start-up dominates
+    plain = subprocess.Popen(
+        [*command, str(files["bad_syntax.yaml"])],
+        env=environ,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    debug = subprocess.Popen(
+        [*command, "optim.lr=0"],
+        env=environ | {"HADW_DEBUG": "1"},
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # both at once: start-up dominates
     _, err = plain.communicate(timeout=180)
     assert plain.returncode == 2 and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
@@ -262,11 +285,13 @@ def test_the_table_has_at_least_sixty_cases():
 
 @pytest.mark.parametrize(
     ("args", "needles"),
-    [(["eval", "{dir}/no_model", "--data", "task:addition"], ["MODEL", "no_model"]),
-     (["eval", "{model}", "--data", "{dir}/missing.jsonl"], ["--data", "missing.jsonl"]),
-     (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"]),
-     (["plot", "{dir}/no_run", "--out", "{dir}/curves.png"], ["no_run", "metrics.jsonl", "hadw train"]),
-     (["plot", "{empty_dir}", "--out", "{dir}/curves.png"], ["empty_dir", "no training step"])],
+    [
+        (["eval", "{dir}/no_model", "--data", "task:addition"], ["MODEL", "no_model"]),
+        (["eval", "{model}", "--data", "{dir}/missing.jsonl"], ["--data", "missing.jsonl"]),
+        (["eval", "{model}", "--data", "{latin1.jsonl}"], ["latin1.jsonl:2", "not UTF-8"]),
+        (["plot", "{dir}/no_run", "--out", "{dir}/curves.png"], ["no_run", "metrics.jsonl", "hadw train"]),
+        (["plot", "{empty_dir}", "--out", "{dir}/curves.png"], ["empty_dir", "no training step"]),
+    ],
     ids=["eval_model_missing", "eval_data_missing", "eval_data_not_utf8", "plot_run_missing", "plot_run_empty"],
 )
 def test_eval_path_errors_are_one_line_exit_2(files, args, needles):
@@ -373,6 +398,7 @@ def _edit_config(**changes):
     def edit(d: Path) -> None:
         cfg = json.loads((d / "config.json").read_text())
         (d / "config.json").write_text(json.dumps(cfg | changes))
+
     return edit
 
 
@@ -416,8 +442,9 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["null_section.yaml"] = _write(d / "null_section.yaml", "train:\n")
     row = {"problem": "1+1", "answer": "2"}
     m["deep.jsonl"] = _write(d / "deep.jsonl", '{"problem": ' + "[" * 100_000 + "]" * 100_000 + ', "answer": "1"}\n')
-    m["empty_prompts.jsonl"] = _write(d / "empty_prompts.jsonl", "".join(
-        json.dumps({"problem": " ", "answer": str(i)}) + "\n" for i in range(8)))
+    m["empty_prompts.jsonl"] = _write(
+        d / "empty_prompts.jsonl", "".join(json.dumps({"problem": " ", "answer": str(i)}) + "\n" for i in range(8))
+    )
     m["nan_level.jsonl"] = _write(d / "nan_level.jsonl", '{"problem": "1+1", "answer": "2", "level": NaN}\n' * 4)
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
@@ -431,19 +458,29 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
         m[name] = d / name
     tiny = files["model"]
     data = json.loads((tiny / "config.json").read_text())
-    m["m_truncated"] = _model_variant(tiny, d / "m_truncated", lambda p: (p / "model.safetensors").write_bytes(
-        (p / "model.safetensors").read_bytes()[:200]))
-    m["m_garbage"] = _model_variant(tiny, d / "m_garbage", lambda p: (p / "model.safetensors").write_bytes(
-        b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage" + b"\0" * 64))
-    m["m_empty_weights"] = _model_variant(tiny, d / "m_empty_weights",
-                                          lambda p: (p / "model.safetensors").write_bytes(b""))
+    m["m_truncated"] = _model_variant(
+        tiny,
+        d / "m_truncated",
+        lambda p: (p / "model.safetensors").write_bytes((p / "model.safetensors").read_bytes()[:200]),
+    )
+    m["m_garbage"] = _model_variant(
+        tiny,
+        d / "m_garbage",
+        lambda p: (p / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage" + b"\0" * 64),
+    )
+    m["m_empty_weights"] = _model_variant(
+        tiny, d / "m_empty_weights", lambda p: (p / "model.safetensors").write_bytes(b"")
+    )
     m["m_mismatch"] = _model_variant(tiny, d / "m_mismatch", _edit_config(hidden_size=data["hidden_size"] * 2))
     m["m_vocab"] = _model_variant(tiny, d / "m_vocab", _edit_config(vocab_size=1_000_000_000))
     m["m_layers"] = _model_variant(tiny, d / "m_layers", _edit_config(num_hidden_layers=-1))
     m["m_type"] = _model_variant(tiny, d / "m_type", _edit_config(model_type="nonexistent_arch"))
     m["m_array"] = _model_variant(tiny, d / "m_array", lambda p: (p / "config.json").write_text("[1, 2]"))
-    m["m_remote"] = _model_variant(tiny, d / "m_remote", _edit_config(
-        auto_map={"AutoModelForCausalLM": "modeling_evil.EvilModel"}, model_type="evil_remote"))
+    m["m_remote"] = _model_variant(
+        tiny,
+        d / "m_remote",
+        _edit_config(auto_map={"AutoModelForCausalLM": "modeling_evil.EvilModel"}, model_type="evil_remote"),
+    )
     m["m_no_tokenizer"] = _model_variant(tiny, d / "m_no_tokenizer", _no_tokenizer)
     m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
     # a finished 1-step run with a checkpoint, copied and damaged once per case
@@ -464,12 +501,14 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
             state = torch.load(path, weights_only=True)
             edit(state)
             torch.save(state, path)
+
         return apply
 
     def state_json(**changes):
         def apply(run: Path) -> None:
             path = run / ckpt / "state.json"
             path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
         return apply
 
     def truncate(run: Path) -> None:
@@ -488,11 +527,13 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     run_variant("r_position", state_json(data_position=-1))
     run_variant("r_step", state_json(step="one"))
     run_variant("r_rng", tamper(lambda s: s["rng"].update(torch=torch.zeros(7))))
-    run_variant("r_exp_avg", tamper(lambda s: next(iter(s["optimizer"]["state"].values())).update(
-        exp_avg=torch.zeros(3))))
+    run_variant(
+        "r_exp_avg", tamper(lambda s: next(iter(s["optimizer"]["state"].values())).update(exp_avg=torch.zeros(3)))
+    )
     run_variant("r_pickle", lambda r: torch.save({"optimizer": Payload()}, r / ckpt / "trainer_state.pt"))
-    run_variant("r_lock_link", lambda r: ((r / ".lock").unlink(missing_ok=True),
-                                          (r / ".lock").symlink_to(d / "victim")))
+    run_variant(
+        "r_lock_link", lambda r: ((r / ".lock").unlink(missing_ok=True), (r / ".lock").symlink_to(d / "victim"))
+    )
     run_variant("r_config_link", lambda r: ((r / "config.yaml").unlink(), (r / "config.yaml").symlink_to(d / "victim")))
     run_variant("r_no_latest_lr", lambda r: (r / "latest").unlink())
     run_variant("r_all_incomplete", lambda r: ((r / "latest").unlink(), (r / ckpt / "state.json").unlink()))
@@ -541,20 +582,41 @@ def T(*args: str) -> list[str]:
 MATRIX: list[tuple[str, list[str], list[str], str]] = [
     # --- W: config and overrides
     ("W_train_section_scalar", ["train", "train=5"], ["'train=5'", "train is a section"], "one-line"),
-    ("W_dollar_template_literal", ["train", "data.template=Q: ${question} A:", "--show-config"], ["${question}"],
-     "accepted"),
-    ("W_env_interpolation_literal", ["train", "train.output_dir=runs/${oc.env:HOME}", "--show-config"],
-     ["${oc.env:HOME}"], "accepted"),
+    (
+        "W_dollar_template_literal",
+        ["train", "data.template=Q: ${question} A:", "--show-config"],
+        ["${question}"],
+        "accepted",
+    ),
+    (
+        "W_env_interpolation_literal",
+        ["train", "train.output_dir=runs/${oc.env:HOME}", "--show-config"],
+        ["${oc.env:HOME}"],
+        "accepted",
+    ),
     ("W_env_in_yaml_literal", ["train", "{env.yaml}", "--show-config"], ["${oc.env:HOME}"], "accepted"),
     ("W_yaml_alias_bomb", ["train", "{bomb.yaml}"], ["bomb.yaml", "alias bomb"], "one-line"),
     ("W_yaml_duplicate_key", ["train", "{dup.yaml}"], ["dup.yaml:3", "duplicate key 'steps'", "line 2"], "one-line"),
-    ("W_levels_unclosed_list", ["train", "data.levels=[2,3"], ["data.levels=[2,3", "not a valid YAML list"],
-     "one-line"),
+    (
+        "W_levels_unclosed_list",
+        ["train", "data.levels=[2,3"],
+        ["data.levels=[2,3", "not a valid YAML list"],
+        "one-line",
+    ),
     ("W_fifo_data_source", T("data.source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     ("W_deep_json_row", T("data.source={deep.jsonl}"), ["deep.jsonl:1", "nested too deeply"], "one-line"),
     ("W_all_prompts_empty", T("data.source={empty_prompts.jsonl}"), ["empty_prompts.jsonl", "empty"], "one-line"),
-    ("W_nan_level", T("data.source={nan_level.jsonl}", "data.fields.prompt=problem", "data.fields.answer=answer",
-                      "data.fields.level=level"), ["nan_level.jsonl:1", "level nan"], "one-line"),
+    (
+        "W_nan_level",
+        T(
+            "data.source={nan_level.jsonl}",
+            "data.fields.prompt=problem",
+            "data.fields.answer=answer",
+            "data.fields.level=level",
+        ),
+        ["nan_level.jsonl:1", "level nan"],
+        "one-line",
+    ),
     # --- W: model folders
     ("W_model_truncated_weights", T("model.path={m_truncated}"), ["model.path=", "m_truncated"], "one-line"),
     ("W_model_garbage_weights", T("model.path={m_garbage}"), ["model.path=", "m_garbage"], "one-line"),
@@ -563,49 +625,91 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("W_model_no_tokenizer", T("model.path={m_no_tokenizer}"), ["model.path=", "tokenizer"], "one-line"),
     ("W_model_pickle_bin", T("model.path={m_pickle}"), ["model.path=", "m_pickle"], "one-line"),
     # --- W: checkpoints and run folders
-    ("W_resume_truncated_checkpoint", T("train.output_dir={r_truncated}", "train.steps=2", "--resume"),
-     ["model.safetensors"], "one-line"),
-    ("W_resume_latest_not_utf8", T("train.output_dir={r_latest_latin1}", "train.steps=2", "--resume"), [],
-     "accepted"),
-    ("W_resume_latest_absolute", T("train.output_dir={r_latest_abs}", "train.steps=2", "--resume"), [],
-     "accepted"),
+    (
+        "W_resume_truncated_checkpoint",
+        T("train.output_dir={r_truncated}", "train.steps=2", "--resume"),
+        ["model.safetensors"],
+        "one-line",
+    ),
+    ("W_resume_latest_not_utf8", T("train.output_dir={r_latest_latin1}", "train.steps=2", "--resume"), [], "accepted"),
+    ("W_resume_latest_absolute", T("train.output_dir={r_latest_abs}", "train.steps=2", "--resume"), [], "accepted"),
     ("W_resume_latest_dotdot", T("train.output_dir={r_latest_up}", "train.steps=2", "--resume"), [], "accepted"),
-    ("W_resume_bad_state_json", T("train.output_dir={r_state_garbage}", "train.steps=2", "--resume"),
-     ["state.json", "not JSON"], "one-line"),
-    ("W_resume_negative_position", T("train.output_dir={r_position}", "train.steps=2", "--resume"),
-     ["state.json", "'data_position' is -1"], "one-line"),
-    ("W_resume_rng_state", T("train.output_dir={r_rng}", "train.steps=2", "--resume"),
-     ["trainer_state.pt", "rng.torch"], "one-line"),
-    ("W_resume_exp_avg_shape", T("train.output_dir={r_exp_avg}", "train.steps=2", "--resume"),
-     ["trainer_state.pt", "exp_avg has shape [3]"], "one-line"),
-    ("W_resume_lock_symlink", T("train.output_dir={r_lock_link}", "train.steps=2", "--resume"),
-     [".lock", "symbolic link"], "one-line"),
-    ("W_resume_config_symlink", T("train.output_dir={r_config_link}", "train.steps=2", "--resume"),
-     ["config.yaml", "symbolic link"], "one-line"),
-    ("W_resume_no_latest_changed_lr", T("train.output_dir={r_no_latest_lr}", "optim.lr=0.5", "--resume"),
-     ["optim.lr", "checkpoint-000001"], "one-line"),
+    (
+        "W_resume_bad_state_json",
+        T("train.output_dir={r_state_garbage}", "train.steps=2", "--resume"),
+        ["state.json", "not JSON"],
+        "one-line",
+    ),
+    (
+        "W_resume_negative_position",
+        T("train.output_dir={r_position}", "train.steps=2", "--resume"),
+        ["state.json", "'data_position' is -1"],
+        "one-line",
+    ),
+    (
+        "W_resume_rng_state",
+        T("train.output_dir={r_rng}", "train.steps=2", "--resume"),
+        ["trainer_state.pt", "rng.torch"],
+        "one-line",
+    ),
+    (
+        "W_resume_exp_avg_shape",
+        T("train.output_dir={r_exp_avg}", "train.steps=2", "--resume"),
+        ["trainer_state.pt", "exp_avg has shape [3]"],
+        "one-line",
+    ),
+    (
+        "W_resume_lock_symlink",
+        T("train.output_dir={r_lock_link}", "train.steps=2", "--resume"),
+        [".lock", "symbolic link"],
+        "one-line",
+    ),
+    (
+        "W_resume_config_symlink",
+        T("train.output_dir={r_config_link}", "train.steps=2", "--resume"),
+        ["config.yaml", "symbolic link"],
+        "one-line",
+    ),
+    (
+        "W_resume_no_latest_changed_lr",
+        T("train.output_dir={r_no_latest_lr}", "optim.lr=0.5", "--resume"),
+        ["optim.lr", "checkpoint-000001"],
+        "one-line",
+    ),
     # --- W: commands
-    ("W_eval_negative_temperature", ["eval", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"],
-     "one-line"),
+    ("W_eval_negative_temperature", ["eval", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"], "one-line"),
     ("W_eval_top_p_2", ["eval", "{model}", "-d", "task:sums", "--top-p", "2"], ["--top-p"], "one-line"),
-    ("W_eval_batch_size_0", ["eval", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"],
-     "one-line"),
-    ("W_eval_device_tpu", ["eval", "{model}", "-d", "task:sums", "--device", "tpu"], ["--device", "tpu"],
-     "one-line"),
-    ("W_eval_reward_missing_module", ["eval", "{model}", "-d", "task:sums", "--reward", "nosuchmod:fn"],
-     ["--reward", "nosuchmod"], "one-line"),
+    ("W_eval_batch_size_0", ["eval", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"], "one-line"),
+    ("W_eval_device_tpu", ["eval", "{model}", "-d", "task:sums", "--device", "tpu"], ["--device", "tpu"], "one-line"),
+    (
+        "W_eval_reward_missing_module",
+        ["eval", "{model}", "-d", "task:sums", "--reward", "nosuchmod:fn"],
+        ["--reward", "nosuchmod"],
+        "one-line",
+    ),
     ("W_eval_limit_negative", ["eval", "{model}", "-d", "task:sums", "--limit", "-1"], ["--limit"], "one-line"),
     ("W_sft_level_9", ["sft", "{dir}/sft_out", "--levels", "9"], ["--levels", "9"], "one-line"),
     ("W_sft_unknown_task", ["sft", "{dir}/sft_out", "--task", "calculus"], ["--task", "calculus"], "one-line"),
-    ("W_sft_target_accuracy_2", ["sft", "{dir}/sft_out", "--target-accuracy", "2"], ["--target-accuracy"],
-     "one-line"),
+    ("W_sft_target_accuracy_2", ["sft", "{dir}/sft_out", "--target-accuracy", "2"], ["--target-accuracy"], "one-line"),
     ("W_sim_lam_nan", ["sim", "--lam", "nan"], ["--lam"], "one-line"),
-    ("W_compare_jobs_0", ["compare", "-a", "g:", "--seeds", "0", "--jobs", "0", "-o", "{dir}/cmp0"], ["--jobs"],
-     "one-line"),
-    ("W_compare_bad_set", ["compare", "-a", "g:", "--seeds", "0", "-s", "hadw.lamda=1", "-o", "{dir}/cmp1"],
-     ["hadw.lamda", "did you mean"], "one-line"),
-    ("W_compare_seeds_descending", ["compare", "-a", "g:", "--seeds", "3-1", "-o", "{dir}/cmp2"], ["--seeds", "3-1"],
-     "one-line"),
+    (
+        "W_compare_jobs_0",
+        ["compare", "-a", "g:", "--seeds", "0", "--jobs", "0", "-o", "{dir}/cmp0"],
+        ["--jobs"],
+        "one-line",
+    ),
+    (
+        "W_compare_bad_set",
+        ["compare", "-a", "g:", "--seeds", "0", "-s", "hadw.lamda=1", "-o", "{dir}/cmp1"],
+        ["hadw.lamda", "did you mean"],
+        "one-line",
+    ),
+    (
+        "W_compare_seeds_descending",
+        ["compare", "-a", "g:", "--seeds", "3-1", "-o", "{dir}/cmp2"],
+        ["--seeds", "3-1"],
+        "one-line",
+    ),
     ("W_bias_empty_rates", ["bias", "table", "-p", ""], ["--success-rate"], "one-line"),
     ("W_plot_hand_edited_metrics", ["plot", "{p_no_step}", "--out", "{dir}/p.png"], ["metrics.jsonl"], "one-line"),
     # --- config: overrides
@@ -628,8 +732,7 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("compute_dtype_fp16", ["train", "model.compute_dtype=float16"], ["model.compute_dtype"], "one-line"),
     ("functions_twice", ["train", "reward.functions=[exact,exact]"], ["reward.functions", "twice"], "one-line"),
     ("isolated_registered", ["train", "reward.isolated=[exact]"], ["reward.isolated"], "one-line"),
-    ("reward_not_callable", ["train", "reward.functions=[exact,hadw:__version__]"], ["hadw:__version__"],
-     "one-line"),
+    ("reward_not_callable", ["train", "reward.functions=[exact,hadw:__version__]"], ["hadw:__version__"], "one-line"),
     ("reward_missing_module", ["train", "reward.functions=[exact,nosuchmod:fn]"], ["nosuchmod"], "one-line"),
     ("empty_key", ["train", "=5"], ["'=5'", "dotted key"], "one-line"),
     ("double_dot_key", ["train", "train..steps=5"], ["train..steps"], "one-line"),
@@ -649,12 +752,20 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("group_size_float", ["train", "rollout.group_size=1e10"], ["rollout.group_size"], "one-line"),
     ("eval_source_unknown_task", ["train", "data.eval_source=task:nope"], ["data.eval_source"], "one-line"),
     ("output_dir_in_proc", T("train.output_dir=/proc/hadw_run"), ["/proc/hadw_run"], "one-line"),
-    ("interpolate_missing_key", ["train", "--interpolate", "train.output_dir=${nope.key}", "--show-config"],
-     ["nope"], "one-line"),
+    (
+        "interpolate_missing_key",
+        ["train", "--interpolate", "train.output_dir=${nope.key}", "--show-config"],
+        ["nope"],
+        "one-line",
+    ),
     # --- config: YAML files
     ("yaml_tabs", ["train", "{tabs.yaml}"], ["tabs.yaml:2", "not valid YAML"], "one-line"),
-    ("yaml_duplicate_section", ["train", "{dup_section.yaml}"], ["dup_section.yaml:4", "duplicate key 'optim'"],
-     "one-line"),
+    (
+        "yaml_duplicate_section",
+        ["train", "{dup_section.yaml}"],
+        ["dup_section.yaml:4", "duplicate key 'optim'"],
+        "one-line",
+    ),
     ("yaml_section_scalar", ["train", "{section_scalar.yaml}"], ["model is a section"], "one-line"),
     ("yaml_section_list", ["train", "{section_list.yaml}"], ["train is a section"], "one-line"),
     ("yaml_int_key", ["train", "{int_key.yaml}"], ["int_key.yaml"], "one-line"),
@@ -683,87 +794,193 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("eval_model_no_tokenizer", ["eval", "{m_no_tokenizer}", "-d", "task:sums"], ["tokenizer"], "one-line"),
     ("eval_model_vocab", ["eval", "{m_vocab}", "-d", "task:sums"], ["vocab_size"], "one-line"),
     # --- checkpoints
-    ("resume_pickled_trainer_state", T("train.output_dir={r_pickle}", "train.steps=2", "--resume"),
-     ["trainer_state.pt", "refused to load"], "one-line"),
-    ("resume_step_not_int", T("train.output_dir={r_step}", "train.steps=2", "--resume"), ["'step' is 'one'"],
-     "one-line"),
-    ("resume_all_incomplete", T("train.output_dir={r_all_incomplete}", "--resume"), ["no checkpoint folder"],
-     "one-line"),
+    (
+        "resume_pickled_trainer_state",
+        T("train.output_dir={r_pickle}", "train.steps=2", "--resume"),
+        ["trainer_state.pt", "refused to load"],
+        "one-line",
+    ),
+    (
+        "resume_step_not_int",
+        T("train.output_dir={r_step}", "train.steps=2", "--resume"),
+        ["'step' is 'one'"],
+        "one-line",
+    ),
+    (
+        "resume_all_incomplete",
+        T("train.output_dir={r_all_incomplete}", "--resume"),
+        ["no checkpoint folder"],
+        "one-line",
+    ),
     # --- rewards through train (configuration side)
-    ("reward_weights_inf", ["train", "reward.weights=[1,inf]", "reward.functions=[exact,format]"],
-     ["reward.weights"], "one-line"),
+    (
+        "reward_weights_inf",
+        ["train", "reward.weights=[1,inf]", "reward.functions=[exact,format]"],
+        ["reward.weights"],
+        "one-line",
+    ),
     ("reward_isolated_not_listed", ["train", "reward.isolated=[a:b]"], ["reward.isolated"], "one-line"),
-    ("reward_module_attribute_missing", ["train", "reward.functions=[exact,matrix_rewards:nope]"],
-     ["matrix_rewards:nope"], "one-line"),
-    ("reward_module_not_callable", ["train", "reward.functions=[exact,matrix_rewards:NOT_CALLABLE]"],
-     ["NOT_CALLABLE"], "one-line"),
+    (
+        "reward_module_attribute_missing",
+        ["train", "reward.functions=[exact,matrix_rewards:nope]"],
+        ["matrix_rewards:nope"],
+        "one-line",
+    ),
+    (
+        "reward_module_not_callable",
+        ["train", "reward.functions=[exact,matrix_rewards:NOT_CALLABLE]"],
+        ["NOT_CALLABLE"],
+        "one-line",
+    ),
     # --- rewards at run time: a reward that fails on every item stops the run in one line naming it
-    ("reward_nan_stops", T("reward.functions=[exact,matrix_rewards:nan]", "reward.max_failed_steps=1"),
-     ["'matrix_rewards:nan' failed on every item", "nan/inf"], "one-line"),
-    ("reward_sys_exit_stops", T("reward.functions=[exact,matrix_rewards:exits]", "reward.max_failed_steps=1"),
-     ["'matrix_rewards:exits'", "sys.exit(3)"], "one-line"),
-    ("reward_os_exit_stops", T("reward.functions=[exact,matrix_rewards:hard_exit]", "reward.max_failed_steps=1"),
-     ["'matrix_rewards:hard_exit'", "os._exit(4)"], "one-line"),
-    ("reward_hang_stops", T("reward.functions=[exact,matrix_rewards:sleeps]", "reward.max_failed_steps=1",
-                            "reward.timeout_s=0.2"), ["'matrix_rewards:sleeps'", "timeout"], "one-line"),
-    ("reward_none_stops", T("reward.functions=[exact,matrix_rewards:nones]", "reward.max_failed_steps=1"),
-     ["'matrix_rewards:nones'", "None"], "one-line"),
-    ("reward_wrong_length_stops", T("reward.functions=[exact,matrix_rewards:short]", "reward.max_failed_steps=1"),
-     ["'matrix_rewards:short'", "wrong length"], "one-line"),
-    ("reward_half_correctness_stops", T("reward.functions=[matrix_rewards:half]", "reward.max_failed_steps=1",
-                                        "reward.correctness=matrix_rewards:half"), ["out of range"], "one-line"),
+    (
+        "reward_nan_stops",
+        T("reward.functions=[exact,matrix_rewards:nan]", "reward.max_failed_steps=1"),
+        ["'matrix_rewards:nan' failed on every item", "nan/inf"],
+        "one-line",
+    ),
+    (
+        "reward_sys_exit_stops",
+        T("reward.functions=[exact,matrix_rewards:exits]", "reward.max_failed_steps=1"),
+        ["'matrix_rewards:exits'", "sys.exit(3)"],
+        "one-line",
+    ),
+    (
+        "reward_os_exit_stops",
+        T("reward.functions=[exact,matrix_rewards:hard_exit]", "reward.max_failed_steps=1"),
+        ["'matrix_rewards:hard_exit'", "os._exit(4)"],
+        "one-line",
+    ),
+    (
+        "reward_hang_stops",
+        T("reward.functions=[exact,matrix_rewards:sleeps]", "reward.max_failed_steps=1", "reward.timeout_s=0.2"),
+        ["'matrix_rewards:sleeps'", "timeout"],
+        "one-line",
+    ),
+    (
+        "reward_none_stops",
+        T("reward.functions=[exact,matrix_rewards:nones]", "reward.max_failed_steps=1"),
+        ["'matrix_rewards:nones'", "None"],
+        "one-line",
+    ),
+    (
+        "reward_wrong_length_stops",
+        T("reward.functions=[exact,matrix_rewards:short]", "reward.max_failed_steps=1"),
+        ["'matrix_rewards:short'", "wrong length"],
+        "one-line",
+    ),
+    (
+        "reward_half_correctness_stops",
+        T(
+            "reward.functions=[matrix_rewards:half]",
+            "reward.max_failed_steps=1",
+            "reward.correctness=matrix_rewards:half",
+        ),
+        ["out of range"],
+        "one-line",
+    ),
     ("reward_some_rows_fail_trains_on", T("reward.functions=[exact,matrix_rewards:odd_rows]"), [], "accepted"),
     # --- eval
     ("eval_pass_k_above_k", ["eval", "{model}", "-d", "task:sums", "--pass-k", "5"], ["--pass-k"], "one-line"),
     ("eval_pass_k_text", ["eval", "{model}", "-d", "task:sums", "--pass-k", "x"], ["--pass-k"], "one-line"),
     ("eval_levels_text", ["eval", "{model}", "-d", "task:sums", "--levels", "x"], ["--levels"], "one-line"),
     ("eval_levels_unknown", ["eval", "{model}", "-d", "task:sums", "--levels", "42"], ["42"], "one-line"),
-    ("eval_template_bad", ["eval", "{model}", "-d", "task:sums", "--template", "{oops}"], ["--template"],
-     "one-line"),
-    ("eval_chat_template_bad", ["eval", "{model}", "-d", "task:sums", "--chat-template", "maybe"],
-     ["--chat-template"], "one-line"),
-    ("eval_max_new_tokens_zero", ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "0"],
-     ["--max-new-tokens"], "one-line"),
-    ("eval_max_new_tokens_negative", ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "-5"],
-     ["--max-new-tokens"], "one-line"),
+    ("eval_template_bad", ["eval", "{model}", "-d", "task:sums", "--template", "{oops}"], ["--template"], "one-line"),
+    (
+        "eval_chat_template_bad",
+        ["eval", "{model}", "-d", "task:sums", "--chat-template", "maybe"],
+        ["--chat-template"],
+        "one-line",
+    ),
+    (
+        "eval_max_new_tokens_zero",
+        ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "0"],
+        ["--max-new-tokens"],
+        "one-line",
+    ),
+    (
+        "eval_max_new_tokens_negative",
+        ["eval", "{model}", "-d", "task:sums", "--max-new-tokens", "-5"],
+        ["--max-new-tokens"],
+        "one-line",
+    ),
     ("eval_dtype_float64", ["eval", "{model}", "-d", "task:sums", "--dtype", "float64"], ["float64"], "one-line"),
     ("eval_unknown_task", ["eval", "{model}", "-d", "task:nope"], ["--data", "'nope'"], "one-line"),
     ("eval_limit_zero", ["eval", "{model}", "-d", "task:sums", "--limit", "0"], ["--limit"], "one-line"),
-    ("eval_batch_size_negative", ["eval", "{model}", "-d", "task:sums", "--batch-size", "-1"], ["--batch-size"],
-     "one-line"),
-    ("eval_temperature_nan", ["eval", "{model}", "-d", "task:sums", "-k", "2", "-t", "nan"], ["--temperature"],
-     "one-line"),
+    (
+        "eval_batch_size_negative",
+        ["eval", "{model}", "-d", "task:sums", "--batch-size", "-1"],
+        ["--batch-size"],
+        "one-line",
+    ),
+    (
+        "eval_temperature_nan",
+        ["eval", "{model}", "-d", "task:sums", "-k", "2", "-t", "nan"],
+        ["--temperature"],
+        "one-line",
+    ),
     ("eval_data_fifo", ["eval", "{model}", "-d", "{fifo.jsonl}"], ["fifo.jsonl", "not a regular file"], "one-line"),
     ("eval_data_deep_json", ["eval", "{model}", "-d", "{deep.jsonl}"], ["deep.jsonl:1", "nested"], "one-line"),
-    ("eval_reward_unknown", ["eval", "{model}", "-d", "task:sums", "--reward", "nope"], ["--reward", "nope"],
-     "one-line"),
+    (
+        "eval_reward_unknown",
+        ["eval", "{model}", "-d", "task:sums", "--reward", "nope"],
+        ["--reward", "nope"],
+        "one-line",
+    ),
     # --- probe
     ("probe_group_size_1", ["probe", "{model}", "-d", "task:sums", "-G", "1"], ["--group-size"], "one-line"),
     ("probe_edges_text", ["probe", "{model}", "-d", "task:sums", "--edges", "x"], ["--edges"], "one-line"),
     ("probe_edges_descending", ["probe", "{model}", "-d", "task:sums", "--edges", "1,0"], ["--edges"], "one-line"),
     ("probe_reference_zero", ["probe", "{model}", "-d", "task:sums", "-N", "0"], ["--reference"], "one-line"),
     ("probe_limit_negative", ["probe", "{model}", "-d", "task:sums", "--limit", "-1"], ["--limit"], "one-line"),
-    ("probe_temperature_negative", ["probe", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"],
-     "one-line"),
-    ("probe_batch_size_zero", ["probe", "{model}", "-d", "task:sums", "--batch-size", "0"], ["--batch-size"],
-     "one-line"),
-    ("eval_memory_budget_nan", ["eval", "{model}", "-d", "task:sums", "--memory-budget-gb", "nan"],
-     ["--memory-budget-gb"], "one-line"),
-    ("train_memory_budget_negative", ["train", "rollout.memory_budget_gb=-1"], ["rollout.memory_budget_gb"],
-     "one-line"),
+    ("probe_temperature_negative", ["probe", "{model}", "-d", "task:sums", "-t", "-1"], ["--temperature"], "one-line"),
+    (
+        "probe_batch_size_zero",
+        ["probe", "{model}", "-d", "task:sums", "--batch-size", "0"],
+        ["--batch-size"],
+        "one-line",
+    ),
+    (
+        "eval_memory_budget_nan",
+        ["eval", "{model}", "-d", "task:sums", "--memory-budget-gb", "nan"],
+        ["--memory-budget-gb"],
+        "one-line",
+    ),
+    (
+        "train_memory_budget_negative",
+        ["train", "rollout.memory_budget_gb=-1"],
+        ["rollout.memory_budget_gb"],
+        "one-line",
+    ),
     ("probe_top_p_zero", ["probe", "{model}", "-d", "task:sums", "--top-p", "0"], ["--top-p"], "one-line"),
     # --- compare
     ("compare_confidence_2", ["compare", "--confidence", "2", "-o", "{dir}/c3"], ["--confidence"], "one-line"),
     ("compare_interval_unknown", ["compare", "--interval", "z", "-o", "{dir}/c4"], ["--interval"], "one-line"),
-    ("compare_smooth_zero", ["compare", "-a", "g:", "--seeds", "0", "--smooth", "0", "-o", "{dir}/c5"],
-     ["--smooth"], "one-line"),
+    (
+        "compare_smooth_zero",
+        ["compare", "-a", "g:", "--seeds", "0", "--smooth", "0", "-o", "{dir}/c5"],
+        ["--smooth"],
+        "one-line",
+    ),
     ("compare_collect_empty", ["compare", "--collect-only", "-o", "{empty_dir}"], ["--out"], "one-line"),
-    ("compare_arm_duplicate", ["compare", "-a", "g:", "-a", "g:", "--seeds", "0", "-o", "{dir}/c6"], ["unique"],
-     "one-line"),
-    ("compare_config_missing", ["compare", "-c", "{dir}/none.yaml", "-a", "g:", "--seeds", "0", "-o", "{dir}/c7"],
-     ["none.yaml"], "one-line"),
-    ("compare_arm_bad_override", ["compare", "-a", "g:train.steps=many", "--seeds", "0", "-o", "{dir}/c8"],
-     ["train.steps"], "one-line"),
+    (
+        "compare_arm_duplicate",
+        ["compare", "-a", "g:", "-a", "g:", "--seeds", "0", "-o", "{dir}/c6"],
+        ["unique"],
+        "one-line",
+    ),
+    (
+        "compare_config_missing",
+        ["compare", "-c", "{dir}/none.yaml", "-a", "g:", "--seeds", "0", "-o", "{dir}/c7"],
+        ["none.yaml"],
+        "one-line",
+    ),
+    (
+        "compare_arm_bad_override",
+        ["compare", "-a", "g:train.steps=many", "--seeds", "0", "-o", "{dir}/c8"],
+        ["train.steps"],
+        "one-line",
+    ),
     ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
     # --- sim
     ("sim_steps_negative", ["sim", "--steps", "-1"], ["--steps"], "one-line"),
@@ -798,19 +1015,25 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("sft_max_seconds_negative", ["sft", "{dir}/sft_out", "--max-seconds", "-1"], ["--max-seconds"], "one-line"),
     ("sft_data_missing", ["sft", "{dir}/sft_out", "--data", "{dir}/missing.jsonl"], ["missing.jsonl"], "one-line"),
     ("sft_model_missing", ["sft", "{dir}/sft_out", "--model", "{dir}/no_model"], ["no_model"], "one-line"),
-    ("sft_target_negative", ["sft", "{dir}/sft_out", "--target-accuracy", "-0.5"], ["--target-accuracy"],
-     "one-line"),
+    ("sft_target_negative", ["sft", "{dir}/sft_out", "--target-accuracy", "-0.5"], ["--target-accuracy"], "one-line"),
     ("sft_data_fifo", ["sft", "{dir}/sft_out", "--data", "{fifo.jsonl}"], ["fifo.jsonl"], "one-line"),
     # --- plot
     ("plot_step_text", ["plot", "{p_strings}", "--out", "{dir}/p2.png"], ["metrics.jsonl"], "one-line"),
     ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
     ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
-    ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"],
-     "one-line"),
-    ("eval_json_below_a_file", ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json",
-                                "{model_file}/out.json"], ["model_file"], "one-line"),
-    ("compare_out_below_a_file", ["compare", "-a", "g:", "--seeds", "0", "-o", "{model_file}/cmp"], ["model_file"],
-     "one-line"),
+    ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"], "one-line"),
+    (
+        "eval_json_below_a_file",
+        ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json", "{model_file}/out.json"],
+        ["model_file"],
+        "one-line",
+    ),
+    (
+        "compare_out_below_a_file",
+        ["compare", "-a", "g:", "--seeds", "0", "-o", "{model_file}/cmp"],
+        ["model_file"],
+        "one-line",
+    ),
     # --- demo
     ("demo_steps_zero", ["demo", "--steps", "0", "--out-dir", "{dir}/demo0"], ["--steps"], "one-line"),
     ("demo_out_dir_below_file", ["demo", "--out-dir", "{model_file}/demo"], ["model_file"], "one-line"),
@@ -844,8 +1067,9 @@ def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needle
     result = _invoke_bounded(_expand(args, mx, tmp_path / "run"), Path(mx["matrix"]))
     outcome = classify(result, expect)
     record_outcome(request.node.callspec.id, outcome)
-    detail = None if result is None else (result.exit_code, result.stdout[-2000:], result.stderr[-2000:],
-                                          result.exception)
+    detail = (
+        None if result is None else (result.exit_code, result.stdout[-2000:], result.stderr[-2000:], result.exception)
+    )
     assert outcome == expect, (outcome, detail)
     text = result.stderr if expect != "accepted" else result.stdout + result.stderr
     for needle in needles:

@@ -38,9 +38,7 @@ def test_gspo_uses_length_normalised_sequence_ratio():
     loss, _ = policy_loss(NEW, OLD, ADV, MASK, LOSS_PRESETS["gspo"])
     assert loss.item() == pytest.approx((-(1 + 4e-4) + (1 - 3e-4)) / 2, abs=1e-7)
     _, ratio = sequence_clip_loss(NEW, OLD, ADV, 0.2, 0.2, MASK)
-    assert ratio[0, 0].item() == pytest.approx(math.exp(0.15)) and ratio[0, 1].item() == pytest.approx(
-        math.exp(0.15)
-    )
+    assert ratio[0, 0].item() == pytest.approx(math.exp(0.15)) and ratio[0, 1].item() == pytest.approx(math.exp(0.15))
     assert ratio[1, 0].item() == pytest.approx(math.exp(-0.5))
 
 

@@ -86,10 +86,13 @@ def _write_jsonl(path, rows):
 
 
 def test_math_layout_takes_the_last_boxed_and_parses_the_level(tmp_path):
-    path = _write_jsonl(tmp_path / "train.jsonl", [
-        {"problem": "Q1", "solution": "so \\boxed{2} then \\boxed{\\frac{1}{2}}.", "level": "Level 3", "type": "A"},
-        {"problem": "Q2", "solution": "\\boxed 5$", "level": "Level ?", "type": "A"},
-    ])
+    path = _write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            {"problem": "Q1", "solution": "so \\boxed{2} then \\boxed{\\frac{1}{2}}.", "level": "Level 3", "type": "A"},
+            {"problem": "Q2", "solution": "\\boxed 5$", "level": "Level ?", "type": "A"},
+        ],
+    )
     problems = load_dataset_file(path, layout="math")
     assert problems == [
         Problem("Q1", "\\frac{1}{2}", 3, "train", "train:0"),  # the source is the file, not the layout
@@ -104,11 +107,14 @@ def test_custom_field_map_with_nested_field_and_answer_function(tmp_path):
 
 
 def test_missing_field_names_file_line_field_and_present_fields(tmp_path):
-    path = _write_jsonl(tmp_path / "gsm.jsonl", [
-        {"question": "a", "answer": "#### 1"},
-        "",  # blank lines are skipped but still counted
-        {"question": "b", "answr": "#### 2"},
-    ])
+    path = _write_jsonl(
+        tmp_path / "gsm.jsonl",
+        [
+            {"question": "a", "answer": "#### 1"},
+            "",  # blank lines are skipped but still counted
+            {"question": "b", "answr": "#### 2"},
+        ],
+    )
     with pytest.raises(DatasetError) as info:
         load_dataset_file(path, layout="gsm8k")
     assert str(info.value) == f"{path}:3: missing field 'answer' (the row has: ['answr', 'question'])"
@@ -128,15 +134,14 @@ def test_bad_answer_value_names_the_problem(tmp_path):
 
 def test_bad_parquet_row_names_file_and_row(tmp_path):
     path = tmp_path / "train.parquet"
-    rows = [{"prompt": [{"role": "user", "content": f"Q{i}"}], "reward_model": {"ground_truth": str(i)}}
-            for i in range(3)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"Q{i}"}], "reward_model": {"ground_truth": str(i)}} for i in range(3)
+    ]
     rows[2]["reward_model"] = {"style": "rule"}
     pq.write_table(pa.Table.from_pylist(rows), path)
     with pytest.raises(DatasetError) as info:
         load_dataset_file(path, layout="verl")
-    assert str(info.value) == (
-        f"{path}: row 2 (0-based): missing field 'reward_model.ground_truth' (it is null)"
-    )
+    assert str(info.value) == (f"{path}: row 2 (0-based): missing field 'reward_model.ground_truth' (it is null)")
     assert [p.answer for p in load_dataset_file(path, layout="verl", limit=2)] == ["0", "1"]
 
 
@@ -156,10 +161,12 @@ def test_unknown_layout_benchmark_and_undetectable_rows_list_the_allowed_values(
 def test_hf_datasets_save_to_disk_directory(tmp_path):
     import datasets
 
-    data = datasets.DatasetDict({
-        "train": datasets.Dataset.from_list([{"problem": "P", "solution": "\\boxed{7}", "level": "Level 2"}]),
-        "test": datasets.Dataset.from_list([{"problem": "T", "solution": "x \\boxed{-1}", "level": "Level 5"}]),
-    })
+    data = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([{"problem": "P", "solution": "\\boxed{7}", "level": "Level 2"}]),
+            "test": datasets.Dataset.from_list([{"problem": "T", "solution": "x \\boxed{-1}", "level": "Level 5"}]),
+        }
+    )
     data.save_to_disk(str(tmp_path / "ds"))
     with pytest.raises(DatasetError, match=r"holds splits \['train', 'test'\]; pass split="):
         load_dataset_file(tmp_path / "ds")

@@ -196,7 +196,6 @@ def test_eval_and_probe_undetectable_file_suggest_the_field_options(tiny_model_d
     assert result.exit_code == 2 and "the answer field is not set" in flat(result.output)
 
 
-
 class _Report:
     accuracy = 0.0
 

@@ -30,8 +30,9 @@ def test_named_templates_without_tokenizer():
     assert render_prompt(PROBLEM, "verl") == (
         "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
     )
-    assert render_prompt(PROBLEM, "boxed").endswith("\nPlease reason step by step, and put your final answer "
-                                                    "within \\boxed{}.")
+    assert render_prompt(PROBLEM, "boxed").endswith(
+        "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
     assert render_prompt(Problem("47+38", "85", 2, "addition", "a"), "plain") == "47+38="
     assert render_prompt("7x=56", "Solve {question} -> x") == "Solve 7x=56 -> x"
 

@@ -272,9 +272,7 @@ def test_config_validation_and_reward_resolution(tmp_path):
         HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_m=1)
     kalman = HADWGRPOConfig(**common, hadw_anchor="kalman", hadw_anchor_eta=0.5, hadw_anchor_m=4)
     assert kalman.hadw_anchor_options() == {"eta": 0.5, "m": 4, "eta_min": 0.2}
-    assert HADWGRPOConfig(**common, hadw_anchor="fixed", hadw_anchor_value=0.4).hadw_anchor_options() == {
-        "value": 0.4
-    }
+    assert HADWGRPOConfig(**common, hadw_anchor="fixed", hadw_anchor_value=0.4).hadw_anchor_options() == {"value": 0.4}
     names = ["brevity", "correct"]
     assert resolve_reward_index(None, names) == 0
     assert resolve_reward_index("correct", names) == 1
@@ -309,8 +307,22 @@ def test_two_processes_share_one_anchor(tiny_model, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
     # accelerate's --cpu flag starts ONE process; --multi_gpu uses torchrun, and with no GPU (and the
     # trainer's use_cpu=True) the two processes talk over gloo on CPU.
-    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(tiny_model), str(tmp_path)]
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        __file__,
+        str(tiny_model),
+        str(tmp_path),
+    ]
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -54,9 +54,10 @@ def chunks(monkeypatch):
 def test_the_model_has_a_real_models_shape_and_chat_template(model_135m):
     config = json.loads((model_135m / "config.json").read_text())
     assert config["vocab_size"] == 49152 and config["num_hidden_layers"] == 30
-    assert "chat_template" in (model_135m / "tokenizer_config.json").read_text() or (
-        model_135m / "chat_template.jinja"
-    ).is_file()
+    assert (
+        "chat_template" in (model_135m / "tokenizer_config.json").read_text()
+        or (model_135m / "chat_template.jinja").is_file()
+    )
 
 
 def test_probe_and_eval_at_their_defaults_on_a_dataset(model_135m, chunks, tmp_path):

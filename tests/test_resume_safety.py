@@ -20,15 +20,34 @@ from hadw.train.trainer import Trainer
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=2, num_heads=2,
-                            num_kv_heads=1, intermediate_size=64, seed=0)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
 
 
 def _trainer(tiny_path, run: Path, *extra: str, **kwargs) -> Trainer:
-    overrides = [f"model.path={tiny_path}", "data.chat_template=never", "data.eval_size=0", "rollout.group_size=2",
-                 "rollout.max_new_tokens=2", "train.prompts_per_step=2", "train.mini_batch_prompts=1",
-                 "train.steps=2", f"train.output_dir={run}", "logging.progress=false", "train.num_threads=1",
-                 "checkpoint.every=1", "checkpoint.keep_last=3", *extra]
+    overrides = [
+        f"model.path={tiny_path}",
+        "data.chat_template=never",
+        "data.eval_size=0",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=2",
+        "train.prompts_per_step=2",
+        "train.mini_batch_prompts=1",
+        "train.steps=2",
+        f"train.output_dir={run}",
+        "logging.progress=false",
+        "train.num_threads=1",
+        "checkpoint.every=1",
+        "checkpoint.keep_last=3",
+        *extra,
+    ]
     return Trainer(load_config(None, overrides), **kwargs)
 
 
@@ -188,8 +207,18 @@ def test_a_damaged_checkpoint_file_is_one_clear_error(tiny_path, run, damage):
 
 
 # ---------------------------------------------------------------------------------------- 4. no write via links
-@pytest.mark.parametrize("name", [".lock", "config.yaml", "metrics.jsonl", "latest", "checkpoint-000003",
-                                  ".tmp-checkpoint-000003", "final_eval.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".lock",
+        "config.yaml",
+        "metrics.jsonl",
+        "latest",
+        "checkpoint-000003",
+        ".tmp-checkpoint-000003",
+        "final_eval.json",
+    ],
+)
 def test_a_planted_link_in_the_run_folder_is_refused_and_its_target_untouched(tiny_path, run, tmp_path, name):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

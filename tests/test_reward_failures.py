@@ -124,8 +124,15 @@ def test_the_trl_adapter_reward_counts_reports_once_and_stops(monkeypatch, caplo
 def tiny_path(tmp_path_factory):
     from hadw.rollout import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=2, num_heads=2,
-                            num_kv_heads=1, intermediate_size=64, seed=0)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
 
 
 def _train(tiny_path, run, *extra):
@@ -133,9 +140,22 @@ def _train(tiny_path, run, *extra):
 
     from hadw.cli import build_app
 
-    args = ["train", f"model.path={tiny_path}", f"train.output_dir={run}", "train.steps=4", "train.prompts_per_step=2",
-            "train.mini_batch_prompts=1", "rollout.group_size=2", "rollout.max_new_tokens=2", "data.eval_size=0",
-            "logging.progress=false", "train.num_threads=1", "data.chat_template=never", "reward.timeout_s=0.2", *extra]
+    args = [
+        "train",
+        f"model.path={tiny_path}",
+        f"train.output_dir={run}",
+        "train.steps=4",
+        "train.prompts_per_step=2",
+        "train.mini_batch_prompts=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=2",
+        "data.eval_size=0",
+        "logging.progress=false",
+        "train.num_threads=1",
+        "data.chat_template=never",
+        "reward.timeout_s=0.2",
+        *extra,
+    ]
     return CliRunner().invoke(build_app(), args)
 
 

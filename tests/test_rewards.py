@@ -77,15 +77,26 @@ def test_math_verifier(completion, gold, expected):
 
 @pytest.mark.parametrize(
     ("completion", "gold", "expected"),
-    [("85", "85", 1), (" 85\n", "85", 1), ("085", "85", 1), ("-12", "-12", 1), ("\\boxed{85}", "85", 1),
-     ("#### 1,450", "1450", 1), ("84", "85", 0), ("85x", "85", 0), ("8 5", "85", 0), ("", "85", 0),
-     ("12", "-12", 0), ("\\frac{1}{2}", "0.5", 0)],
+    [
+        ("85", "85", 1),
+        (" 85\n", "85", 1),
+        ("085", "85", 1),
+        ("-12", "-12", 1),
+        ("\\boxed{85}", "85", 1),
+        ("#### 1,450", "1450", 1),
+        ("84", "85", 0),
+        ("85x", "85", 0),
+        ("8 5", "85", 0),
+        ("", "85", 0),
+        ("12", "-12", 0),
+        ("\\frac{1}{2}", "0.5", 0),
+    ],
 )
 def test_exact_verifier(completion, gold, expected):
     assert exact_item(completion, gold) == expected
 
 
-@given(st.integers(-10**12, 10**12), st.integers(-5, 5))
+@given(st.integers(-(10**12), 10**12), st.integers(-5, 5))
 def test_exact_accepts_exactly_the_gold_integer(n, offset):
     assert exact_item(str(n + offset), str(n)) == float(offset == 0)
 
@@ -183,7 +194,11 @@ def test_score_rejects_bad_configuration():
     with pytest.raises(ValueError, match="2 completions but 1 answers"):
         score(["a", "b"], ["a"])
     # a correctness score other than 0 / 1 is an item error (issue 23), not a crash of the run
-    half = score(["\\boxed{1}", "x"], ["1", "1"], [RewardSpec("format2", fn=RewardFunction("format2", lambda c, a:
-                 0.5 if c == "x" else 1.0))], correctness="format2")
+    half = score(
+        ["\\boxed{1}", "x"],
+        ["1", "1"],
+        [RewardSpec("format2", fn=RewardFunction("format2", lambda c, a: 0.5 if c == "x" else 1.0))],
+        correctness="format2",
+    )
     assert half.correctness.tolist() == [1.0, 0.0] and half.errors == {"format2": {"out of range": 1}}
     assert half.first_errors["format2"].row == 1 and "not 0 or 1" in half.first_errors["format2"].message

@@ -17,8 +17,9 @@ EMPTY_MATH_TRAIN_GOLDS = ["math_train:5341", "math_train:5343"]
 
 
 def _self_check(problems):
-    result = run_reward(get_reward("math"), [f"\\boxed{{{p.answer}}}" for p in problems],
-                        [p.answer for p in problems], timeout_s=10.0)
+    result = run_reward(
+        get_reward("math"), [f"\\boxed{{{p.answer}}}" for p in problems], [p.answer for p in problems], timeout_s=10.0
+    )
     return [p.uid for p, s in zip(problems, result.scores, strict=True) if s != 1.0], result
 
 

@@ -32,15 +32,34 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=2, num_heads=2,
-                            num_kv_heads=1, intermediate_size=64, seed=0)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
 
 
 def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:
-    return [f"model.path={tiny_path}", "data.chat_template=never", "data.eval_size=4", "rollout.group_size=2",
-            "rollout.max_new_tokens=3", "train.prompts_per_step=2", "train.mini_batch_prompts=1", "train.steps=2",
-            f"train.output_dir={out_dir}", "optim.lr=1e-3", "optim.warmup_steps=0", "logging.progress=false",
-            "train.num_threads=1", *extra]
+    return [
+        f"model.path={tiny_path}",
+        "data.chat_template=never",
+        "data.eval_size=4",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=3",
+        "train.prompts_per_step=2",
+        "train.mini_batch_prompts=1",
+        "train.steps=2",
+        f"train.output_dir={out_dir}",
+        "optim.lr=1e-3",
+        "optim.warmup_steps=0",
+        "logging.progress=false",
+        "train.num_threads=1",
+        *extra,
+    ]
 
 
 def _trainer(tiny_path, out_dir, *extra, **kwargs) -> Trainer:
@@ -70,8 +89,10 @@ def test_the_folder_lock_names_the_holder_and_is_released_on_exit(tmp_path):
     lock.release()
     claim_run_dir(tmp_path / "run", resume=False)[0].release()
     # Another process that dies holding the lock (kill -9) leaves it free: the kernel drops a flock.
-    code = f"import os,sys; sys.path.insert(0, {str(REPO_ROOT / 'src')!r}); from hadw.train.run_dir import RunLock; " \
-           f"from pathlib import Path; RunLock(Path({str(tmp_path / 'run')!r})); os.kill(os.getpid(), 9)"
+    code = (
+        f"import os,sys; sys.path.insert(0, {str(REPO_ROOT / 'src')!r}); from hadw.train.run_dir import RunLock; "
+        f"from pathlib import Path; RunLock(Path({str(tmp_path / 'run')!r})); os.kill(os.getpid(), 9)"
+    )
     subprocess.run([sys.executable, "-c", code], check=False, timeout=60)
     RunLock(tmp_path / "run").release()
 
@@ -94,8 +115,7 @@ def test_resume_with_changed_settings_refuses_and_lists_each_difference(tiny_pat
     run = tmp_path / "run"
     _trainer(tiny_path, run, "hadw.enabled=true").train()
     with pytest.raises(RunDirError) as err:
-        _trainer(tiny_path, run, "train.steps=3", "hadw.enabled=true", "optim.lr=5e-4", "hadw.anchor=ema",
-                 resume=True)
+        _trainer(tiny_path, run, "train.steps=3", "hadw.enabled=true", "optim.lr=5e-4", "hadw.anchor=ema", resume=True)
     message = str(err.value)
     assert "optim.lr: 0.001 -> 0.0005" in message and "hadw.anchor: 'window' -> 'ema'" in message
     assert "--accept-changes" in message
@@ -110,7 +130,8 @@ def test_tiny_model_settings_are_inert_for_a_run_from_a_model_path():
     built = {"model": {"path": "", "tiny": {"warm_start_accuracy": 0.25}}, "optim": {"lr": 1e-4}}
     rebuilt = {"model": {"path": "", "tiny": {"warm_start_accuracy": 0.3}}, "optim": {"lr": 2e-4}}
     assert config_differences(built, rebuilt) == [
-        "model.tiny.warm_start_accuracy: 0.25 -> 0.3", "optim.lr: 0.0001 -> 0.0002"
+        "model.tiny.warm_start_accuracy: 0.25 -> 0.3",
+        "optim.lr: 0.0001 -> 0.0002",
     ]
 
 
@@ -134,14 +155,23 @@ def test_accepted_changes_are_what_runs_and_what_config_yaml_records(tiny_path, 
     _trainer(tiny_path, run, "hadw.enabled=true").train()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        resumed = _trainer(tiny_path, run, "train.steps=3", "hadw.enabled=true", "optim.lr=5e-4", "hadw.anchor=ema",
-                           resume=True, accept_changes=True)
+        resumed = _trainer(
+            tiny_path,
+            run,
+            "train.steps=3",
+            "hadw.enabled=true",
+            "optim.lr=5e-4",
+            "hadw.anchor=ema",
+            resume=True,
+            accept_changes=True,
+        )
     assert any("anchor" in str(w.message) for w in caught)
     assert [g["lr"] for g in resumed.optimizer.param_groups] == [5e-4]  # not the saved optimiser's 1e-3
     assert resumed.anchor.kind == "ema" and resumed.anchor.prior is None
     resumed.train()
-    assert all(r["actor/lr"] == 5e-4 for r in read_jsonl(run / "metrics.jsonl") if r.get("step") == 3 and
-               "actor/lr" in r)
+    assert all(
+        r["actor/lr"] == 5e-4 for r in read_jsonl(run / "metrics.jsonl") if r.get("step") == 3 and "actor/lr" in r
+    )
     assert load_config(run / "config.yaml").optim.lr == 5e-4
 
 
@@ -240,14 +270,18 @@ def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_pa
     procs = {  # both at once: the start-up (imports) dominates
         signum: subprocess.Popen(
             [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
-            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
         )
         for signum, (run, _) in runs.items()
     }
     for signum, (run, _code) in runs.items():
         proc, deadline = procs[signum], time.monotonic() + 180
-        while time.monotonic() < deadline and not ((run / "metrics.jsonl").is_file() and
-                                                   (run / "metrics.jsonl").stat().st_size > 0):
+        while time.monotonic() < deadline and not (
+            (run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").stat().st_size > 0
+        ):
             time.sleep(0.05)
         proc.send_signal(signum)
     for signum, (run, code) in runs.items():
@@ -355,8 +389,9 @@ def test_a_huge_row_is_skipped_and_counted(tiny_path, tmp_path, capfd):
     rows = [{"problem": f"{i}+1", "answer": str(i + 1)} for i in range(6)]
     rows.insert(3, {"problem": "9" * 2_000_000, "answer": "1"})  # 2 MB: one row far beyond any context
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    trainer = _trainer(tiny_path, tmp_path / "run", f"data.source={data}", "data.max_prompt_tokens=64",
-                       "data.template=plain")  # bare "5+1=" prompts: only the 2 MB row is over 64 tokens
+    trainer = _trainer(
+        tiny_path, tmp_path / "run", f"data.source={data}", "data.max_prompt_tokens=64", "data.template=plain"
+    )  # bare "5+1=" prompts: only the 2 MB row is over 64 tokens
     assert trainer.source.num_skipped == 1
     assert all(len(p.question) < 100 for p in trainer.source.problems + trainer.source.eval_problems())
     assert "skipped 1 rows" in capfd.readouterr().err
@@ -385,9 +420,15 @@ def test_eval_size_zero_and_tiny_files_train_to_the_end(tiny_path, tmp_path):
 # ---------------------------------------------------------------------------------------- 9. verifiers
 @pytest.mark.parametrize(
     ("completion", "gold", "expected"),
-    [("\\boxed{1=2}", "2", 0.0), ("\\boxed{x+1=2}", "2", 0.0), ("\\boxed{x=2}", "2", 1.0),
-     ("\\boxed{\\theta = 2}", "2", 1.0), ("\\boxed{y=2x+1}", "y=2x+1", 1.0), ("\\boxed{٨٥}", "85", 1.0),
-     ("\\boxed{８５}", "85", 1.0)],
+    [
+        ("\\boxed{1=2}", "2", 0.0),
+        ("\\boxed{x+1=2}", "2", 0.0),
+        ("\\boxed{x=2}", "2", 1.0),
+        ("\\boxed{\\theta = 2}", "2", 1.0),
+        ("\\boxed{y=2x+1}", "y=2x+1", 1.0),
+        ("\\boxed{٨٥}", "85", 1.0),
+        ("\\boxed{８５}", "85", 1.0),
+    ],
 )
 def test_math_equation_rule_and_unicode_digits(completion, gold, expected):
     assert math_item(completion, gold) == expected

@@ -71,8 +71,18 @@ def test_arm_weights_on_random_groups():
 
 def _small(**kw):
     """The old one-logit SGD model (--model logit), small."""
-    base = dict(prompts_per_level=[60, 60], level_offsets=[0.5, -2.0], steps=40, prompts=16, seeds=[0, 1, 2],
-                eval_every=10, lr=0.5, skill_lr=0.002, model="logit", optimizer="sgd")
+    base = dict(
+        prompts_per_level=[60, 60],
+        level_offsets=[0.5, -2.0],
+        steps=40,
+        prompts=16,
+        seeds=[0, 1, 2],
+        eval_every=10,
+        lr=0.5,
+        skill_lr=0.002,
+        model="logit",
+        optimizer="sgd",
+    )
     return SimSettings(**{**base, **kw})
 
 
@@ -102,8 +112,25 @@ def test_sim_passes_anchor_options_to_make_anchor():
 def test_cli_writes_plot_and_json_and_rejects_bad_input(tmp_path):
     runner = CliRunner()
     png, js = tmp_path / "sim.png", tmp_path / "sim.json"
-    args = ["sim", "--steps", "10", "--seeds", "0-1", "--level-prompts", "30,30", "--offsets", "0,-2",
-            "--prompts", "8", "--eval-every", "5", "--plot", str(png), "--json", str(js)]
+    args = [
+        "sim",
+        "--steps",
+        "10",
+        "--seeds",
+        "0-1",
+        "--level-prompts",
+        "30,30",
+        "--offsets",
+        "0,-2",
+        "--prompts",
+        "8",
+        "--eval-every",
+        "5",
+        "--plot",
+        str(png),
+        "--json",
+        str(js),
+    ]
     result = runner.invoke(build_app(), args)
     assert result.exit_code == 0, result.output
     assert png.stat().st_size > 0
@@ -189,8 +216,11 @@ def test_hadw_norm_weights_average_one_per_seed_and_ignore_lambda():
 
 
 def test_softmax_options_run_and_are_checked():
-    for extra in (dict(kl_coef=0.5, entropy_coef=0.01), dict(ppo_epochs=2, mini_batch_prompts=2, answers=2),
-                  dict(optimizer="sgd", lr=0.002, weight_decay=0.01, warmup_steps=0)):
+    for extra in (
+        dict(kl_coef=0.5, entropy_coef=0.01),
+        dict(ppo_epochs=2, mini_batch_prompts=2, answers=2),
+        dict(optimizer="sgd", lr=0.002, weight_decay=0.01, warmup_steps=0),
+    ):
         res = simulate(_softmax(arms=["grpo"], steps=10, **extra))
         assert np.isfinite(res.curves["grpo"]).all()
     with pytest.raises(ValueError, match="logit model trains with plain SGD only"):

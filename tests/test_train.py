@@ -199,8 +199,17 @@ def test_tiny_example_is_the_demos_rl_recipe():
 
 
 def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
-    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "algorithm.kl_coef=0.05", "train.steps=2",
-                                       "algorithm.kl_estimator=k3", "logging.tensorboard=true"))
+    cfg = load_config(
+        None,
+        _overrides(
+            tiny_path,
+            tmp_path / "run",
+            "algorithm.kl_coef=0.05",
+            "train.steps=2",
+            "algorithm.kl_estimator=k3",
+            "logging.tensorboard=true",
+        ),
+    )
     trainer = Trainer(cfg)
     reference = [p.detach().clone() for p in trainer.ref_model.parameters()]
     assert all(torch.equal(p, q) for p, q in zip(reference, trainer.model.parameters(), strict=True))
@@ -224,11 +233,17 @@ def test_micro_batches_accumulate_to_the_unsplit_update(tiny_path, tmp_path, pre
     """
 
     def grads_of_one_step(extra):
-        trainer = Trainer(load_config(None, _overrides(tiny_path, tmp_path / extra, f"algorithm.preset={preset}",
-                                                       "optim.grad_clip=1000", extra)))
+        trainer = Trainer(
+            load_config(
+                None,
+                _overrides(tiny_path, tmp_path / extra, f"algorithm.preset={preset}", "optim.grad_clip=1000", extra),
+            )
+        )
         grads, step = [], trainer.optimizer.step
-        trainer.optimizer.step = lambda *a, **k: (grads.append([p.grad.clone() for p in trainer.model.parameters()]),
-                                                  step(*a, **k))[1]
+        trainer.optimizer.step = lambda *a, **k: (
+            grads.append([p.grad.clone() for p in trainer.model.parameters()]),
+            step(*a, **k),
+        )[1]
         metrics = trainer.train_step(0)
         return grads, metrics
 

@@ -38,8 +38,18 @@ COMMAND_EXTRAS = {"train": "train", "sft": "train", "compare": "train", "demo": 
 
 
 # OS errors a user fixes (a path, a permission, a full disk), shown as one line like a UserError.
-USER_OS_ERRORS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EISDIR,
-                  errno.ENOTDIR, errno.ENAMETOOLONG, errno.EEXIST}  # EEXIST: a folder asked for where a file is
+USER_OS_ERRORS = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.ENAMETOOLONG,
+    errno.EEXIST,
+}  # EEXIST: a folder asked for where a file is
 
 
 def user_error_line(err: BaseException) -> str | None:

@@ -23,15 +23,16 @@ def _tokens(values: Iterable[str] | str | None) -> list[str]:
 
 
 def parse_ints(values: Iterable[str] | str | None, option: str, allow_empty: bool = False) -> list[int]:
-    """"0,1,2", "0-4" (inclusive), "0-2,7" or repeated options → a flat list of ints. A descending range
+    """ "0,1,2", "0-4" (inclusive), "0-2,7" or repeated options → a flat list of ints. A descending range
     (3-1) or an empty list (unless allow_empty) is a usage error naming the option."""
     out: list[int] = []
     try:
         for token in _tokens(values):
             lo, sep, hi = token.partition("-")
             if sep and lo and int(hi) < int(lo):
-                raise typer.BadParameter(f"{token!r} is a descending range; write LO-HI with LO <= HI",
-                                         param_hint=f"'{option}'")
+                raise typer.BadParameter(
+                    f"{token!r} is a descending range; write LO-HI with LO <= HI", param_hint=f"'{option}'"
+                )
             out += list(range(int(lo), int(hi) + 1)) if sep and lo else [int(token)]
     except ValueError:
         raise typer.BadParameter(
@@ -43,7 +44,7 @@ def parse_ints(values: Iterable[str] | str | None, option: str, allow_empty: boo
 
 
 def parse_floats(values: Iterable[str] | str | None, option: str, allow_empty: bool = False) -> list[float]:
-    """"0.1,0.5" or repeated options → a flat list of finite floats; empty (unless allow_empty), NaN or
+    """ "0.1,0.5" or repeated options → a flat list of finite floats; empty (unless allow_empty), NaN or
     inf is a usage error naming the option."""
     try:
         out = [float(t) for t in _tokens(values)]
@@ -58,14 +59,17 @@ def parse_floats(values: Iterable[str] | str | None, option: str, allow_empty: b
     return out
 
 
-def check_range(option: str, value: float | None, low: float | None = None, high: float | None = None,
-                low_open: bool = False) -> None:
+def check_range(
+    option: str, value: float | None, low: float | None = None, high: float | None = None, low_open: bool = False
+) -> None:
     """A usage error naming `option` unless value is finite and within [low, high] ((low, high] with
     low_open); None (an unset optional value) passes."""
     if value is None:
         return
-    ok = math.isfinite(value) and (low is None or (value > low if low_open else value >= low)) and (
-        high is None or value <= high
+    ok = (
+        math.isfinite(value)
+        and (low is None or (value > low if low_open else value >= low))
+        and (high is None or value <= high)
     )
     if not ok:
         lo = "-inf" if low is None else f"{low:g}"

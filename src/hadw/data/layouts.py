@@ -70,7 +70,7 @@ def _chat_question(messages: Any) -> str:
 
 
 def _math_level(value: Any) -> int | str | None:
-    """"Level 3" -> 3, 3 -> 3; anything else ("Level ?" in a few MATH rows) is kept as the string."""
+    """ "Level 3" -> 3, 3 -> 3; anything else ("Level ?" in a few MATH rows) is kept as the string."""
     if value is None or isinstance(value, int):
         return value
     text = str(value).strip().removeprefix("Level").strip()
@@ -160,7 +160,7 @@ LAYOUTS: dict[str, Layout] = {
             "amc23",
             FieldMap("problem", "answer", uid="id", answer_fn=_number_answer),
             {"problem", "answer", "id"},
-            "AMC23: `problem`, `answer` a JSON float (27.0 -> \"27\"), `id`",
+            'AMC23: `problem`, `answer` a JSON float (27.0 -> "27"), `id`',
         ),
         _layout(
             "gsm8k",
@@ -235,4 +235,3 @@ def user_fields(prompt: str, answer: str, level: str | None = None, uid: str | N
         if not value:
             raise DatasetError(f"the {name} field name is empty; give both the prompt and the answer field")
     return FieldMap(prompt, answer, level or None, uid or None, answer_fn=_any_answer, level_fn=_math_level)
-

@@ -32,8 +32,7 @@ DataOption = typer.Option(
 )
 DataDirOption = typer.Option(
     "--data-dir",
-    help="Benchmark folder (default: $HADW_SHARED_DATA, ~/.cache/hadw/data; "
-    "else the Hub).",
+    help="Benchmark folder (default: $HADW_SHARED_DATA, ~/.cache/hadw/data; else the Hub).",
 )
 ChatOption = typer.Option("--chat-template", help="auto (use the tokenizer's if it has one) | always | never.")
 JsonOption = typer.Option("--json", help="Write the results as JSON to this file ('-' = stdout).")
@@ -133,8 +132,10 @@ def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, cha
     check_range("--top-p", top_p, 0.0, 1.0, low_open=True)
     check_range("--limit", limit, 1)
     check_range("--max-new-tokens", max_new_tokens, 1)
-    for option, value, allowed in (("--device", device, ("auto", "cpu", "cuda")),
-                                   ("--dtype", dtype, ("float32", "bfloat16"))):
+    for option, value, allowed in (
+        ("--device", device, ("auto", "cpu", "cuda")),
+        ("--dtype", dtype, ("float32", "bfloat16")),
+    ):
         if value not in allowed:
             raise typer.BadParameter(f"{value!r}; allowed: {', '.join(allowed)}", param_hint=f"'{option}'")
     _chat(chat_template)
@@ -378,8 +379,12 @@ def probe_cmd(
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems
             if sampler.reward_errors:  # never a silent row of zeros
-                typer.secho(f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "
-                            "(raised, timed out or returned a bad score; scored 0)", fg="yellow", err=True)
+                typer.secho(
+                    f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "
+                    "(raised, timed out or returned a bad score; scored 0)",
+                    fg="yellow",
+                    err=True,
+                )
     finally:
         bar.close()
     import numpy as np

@@ -53,7 +53,7 @@ class EvalReport:
 
     @property
     def mean_key(self) -> str:
-        """"greedy" for one greedy answer per problem, else "avg@k" (hadw.metrics names)."""
+        """ "greedy" for one greedy answer per problem, else "avg@k" (hadw.metrics names)."""
         return M.GREEDY if self.k == 1 and self.greedy else M.avg_at(self.k)
 
     @property

@@ -169,5 +169,3 @@ def _probe_cell(row: dict[str, float], metric, digits: int) -> str:
         value, se = (row[m] for m in metric)
         return fmt(value, digits) if math.isnan(se) else f"{value:.{digits}f}±{se:.{digits}f}"
     return fmt(int(row[metric]) if digits == 0 else row[metric], digits)
-
-

@@ -71,8 +71,11 @@ def compare_cmd(
     method: Annotated[str, typer.Option("--interval", help="t (Student t over seeds) | bootstrap (percentile).")] = "t",
     primary: Annotated[
         str | None,
-        typer.Option("--primary", help="The one primary comparison, BUCKET/METRIC (e.g. all/avg@4); every other row "
-                     "is labelled exploratory. Default: all/<the first avg@K of --metric>, else all/<first metric>."),
+        typer.Option(
+            "--primary",
+            help="The one primary comparison, BUCKET/METRIC (e.g. all/avg@4); every other row "
+            "is labelled exploratory. Default: all/<the first avg@K of --metric>, else all/<first metric>.",
+        ),
     ] = None,
     json_path: Annotated[str | None, JsonOption] = None,
     # Where the runs execute (hadw.experiments.launchers); --out must be on storage every node sees.

@@ -115,6 +115,10 @@ def _binary(result: ItemScores, name: str) -> ItemScores:
     message = f"correctness score {result.scores[bad[0]]:g} is not 0 or 1 (reward.correctness={name!r})"
     first = min([*failures, ItemError(bad[0], OUT_OF_RANGE, message)], key=lambda e: e.row)
     return ItemScores(
-        scores, result.num_timeouts, result.num_errors + len(bad), [*result.messages, message],
-        kinds, first,
+        scores,
+        result.num_timeouts,
+        result.num_errors + len(bad),
+        [*result.messages, message],
+        kinds,
+        first,
     )

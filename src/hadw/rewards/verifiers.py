@@ -33,7 +33,7 @@ def ascii_digits(text: str) -> str:
 
 
 def canonical_int(text: str) -> str | None:
-    """"85", " -12 ", "1,450,000", "27.0", "085", "٨٥" -> "85", "-12", "1450000", "27", "85", "85" (exact
+    """ "85", " -12 ", "1,450,000", "27.0", "085", "٨٥" -> "85", "-12", "1450000", "27", "85", "85" (exact
     digits, any length); anything else -> None."""
     match = _INT_RE.fullmatch(ascii_digits(text).strip().replace(",", ""))
     if match is None:

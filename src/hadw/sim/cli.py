@@ -35,9 +35,14 @@ def _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam
     from hadw.cli_lists import check_range
     from hadw.core import ANCHORS
 
-    for option, value, low in (("--steps", steps, 1), ("--prompts", prompts, 1), ("--group-size", group_size, 2),
-                               ("--eval-every", eval_every, 1), ("--spread", spread, 0.0),
-                               ("--skill-lr", skill_lr, 0.0)):
+    for option, value, low in (
+        ("--steps", steps, 1),
+        ("--prompts", prompts, 1),
+        ("--group-size", group_size, 2),
+        ("--eval-every", eval_every, 1),
+        ("--spread", spread, 0.0),
+        ("--skill-lr", skill_lr, 0.0),
+    ):
         check_range(option, value, low)
     check_range("--lam", lam, 0.0, 100.0, low_open=True)
     check_range("--lr", lr, 0.0, low_open=True)
@@ -49,13 +54,21 @@ def _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam
 
 def sim(
     arms: Annotated[
-        str, typer.Option("--arms", help="Comma-separated arms: grpo, grpo_lam, hadw, hadw_norm, hadw_oracle, "
-                          "debiased; the first is the baseline of the paired differences.")
+        str,
+        typer.Option(
+            "--arms",
+            help="Comma-separated arms: grpo, grpo_lam, hadw, hadw_norm, hadw_oracle, "
+            "debiased; the first is the baseline of the paired differences.",
+        ),
     ] = "grpo,grpo_lam,hadw,hadw_norm,hadw_oracle,debiased",
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-19 or 0,1,2.")] = "0-19",
     model: Annotated[
-        str, typer.Option("--model", help="softmax (K answers, shared parameters, the trainer's optimiser) | logit "
-                          "(the old one-logit-per-prompt SGD model).")
+        str,
+        typer.Option(
+            "--model",
+            help="softmax (K answers, shared parameters, the trainer's optimiser) | logit "
+            "(the old one-logit-per-prompt SGD model).",
+        ),
     ] = "softmax",
     optimizer: Annotated[
         str, typer.Option("--optimizer", help="adamw (the trainer's default) | sgd (plain, as optim.name=sgd).")
@@ -89,12 +102,18 @@ def sim(
     ] = [],
     answers: Annotated[int, typer.Option("--answers", help="softmax: K candidate answers (per token) per prompt.")] = 4,
     tokens: Annotated[
-        int, typer.Option("--tokens", help="softmax: T tokens per answer (right when all are); T > 1: wrong answers "
-                          "share tokens with the right one, as a language model's do.")
+        int,
+        typer.Option(
+            "--tokens",
+            help="softmax: T tokens per answer (right when all are); T > 1: wrong answers "
+            "share tokens with the right one, as a language model's do.",
+        ),
     ] = 1,
     wrong_concentration: Annotated[
-        float, typer.Option("--wrong-concentration", help="softmax: share of the wrong mass on the dominant wrong "
-                            "answer at the start.")
+        float,
+        typer.Option(
+            "--wrong-concentration", help="softmax: share of the wrong mass on the dominant wrong answer at the start."
+        ),
     ] = 0.6,
     features: Annotated[int, typer.Option("--features", help="softmax: random feature dims per prompt.")] = 16,
     mini_batch_prompts: Annotated[
@@ -107,8 +126,11 @@ def sim(
     kl_coef: Annotated[float, typer.Option("--kl-coef", help="softmax: β of the KL to the initial policy.")] = 0.0,
     entropy_coef: Annotated[float, typer.Option("--entropy-coef", help="softmax: entropy bonus weight.")] = 0.0,
     paired_sd: Annotated[
-        float, typer.Option("--paired-sd", help="SD of a real run's paired difference (for 'seeds needed'); default: "
-                            "the tiny model's measured one.")
+        float,
+        typer.Option(
+            "--paired-sd",
+            help="SD of a real run's paired difference (for 'seeds needed'); default: the tiny model's measured one.",
+        ),
     ] = 0.013,
     eval_every: Annotated[int, typer.Option("--eval-every", help="Record the true accuracy every N steps.")] = 5,
     plot_path: Annotated[Path, typer.Option("--plot", help="PNG of the learning curves.")] = Path("runs/sim/sim.png"),

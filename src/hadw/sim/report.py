@@ -66,10 +66,12 @@ def rich_table(result: SimResult, confidence: float = 0.95, paired_sd: float = T
     base = result.settings.arms[0]
     summ = summary(result, confidence, paired_sd)
     s = result.settings
-    table = Table(title=f"hadw sim ({s.model}, {s.optimizer if s.model == 'softmax' else 'sgd'}): true accuracy after "
-                  f"{s.steps} steps, {len(s.seeds)} seeds: mean ± {confidence:.0%} t half-width; "
-                  f"Δ = arm − {base}, paired by seed; n = seeds a real run needs to detect Δ (80 % power, "
-                  f"paired SD {paired_sd:g})")
+    table = Table(
+        title=f"hadw sim ({s.model}, {s.optimizer if s.model == 'softmax' else 'sgd'}): true accuracy after "
+        f"{s.steps} steps, {len(s.seeds)} seeds: mean ± {confidence:.0%} t half-width; "
+        f"Δ = arm − {base}, paired by seed; n = seeds a real run needs to detect Δ (80 % power, "
+        f"paired SD {paired_sd:g})"
+    )
     table.add_column("arm")
     for bucket in bucket_names(result):
         table.add_column(bucket, justify="right")
@@ -99,8 +101,14 @@ def plot(result: SimResult, path: str | Path, confidence: float = 0.95) -> Path:
             ivs = [interval(curves[r, :, j], confidence) for r in range(curves.shape[0])]
             mean = np.array([iv.mean for iv in ivs])
             ax.plot(result.steps, mean, color=COLORS[a % len(COLORS)], label=arm)
-            ax.fill_between(result.steps, [iv.low for iv in ivs], [iv.high for iv in ivs],
-                            color=COLORS[a % len(COLORS)], alpha=0.2, linewidth=0)
+            ax.fill_between(
+                result.steps,
+                [iv.low for iv in ivs],
+                [iv.high for iv in ivs],
+                color=COLORS[a % len(COLORS)],
+                alpha=0.2,
+                linewidth=0,
+            )
     for ax, name in zip(axes, names, strict=True):
         ax.set_title(f"{name}: true accuracy")
         ax.set_xlabel("step")

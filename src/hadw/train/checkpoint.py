@@ -63,8 +63,6 @@ def replace_dir(tmp: Path, final: Path) -> None:
     fsync_path(final.parent)
 
 
-
-
 def rng_state() -> dict[str, Any]:
     """The RNG states as plain types and tensors (what torch.load(weights_only=True) accepts)."""
     version, internal, gauss = random.getstate()
@@ -137,9 +135,10 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
 def is_complete(path: Path) -> bool:
     """True when a checkpoint folder holds everything a resume reads (a killed write leaves none of these
     under the final name, but a hand-made or damaged folder may)."""
-    return all((path / name).is_file() and not (path / name).is_symlink() for name in CHECKPOINT_FILES) and (
-        path / "model"
-    ).is_dir()
+    return (
+        all((path / name).is_file() and not (path / name).is_symlink() for name in CHECKPOINT_FILES)
+        and (path / "model").is_dir()
+    )
 
 
 def read_latest(run_dir: Path) -> Path:
@@ -247,8 +246,10 @@ def check_trainer_state(trainer_state: Any, optimizer: torch.optim.Optimizer, sc
     if not isinstance(trainer_state, dict) or not {"optimizer", "scheduler", "rng"} <= set(trainer_state):
         raise _fail(where, "the file", "lacks one of 'optimizer', 'scheduler', 'rng'")
     opt = trainer_state["optimizer"]
-    if not isinstance(opt, dict) or not isinstance(opt.get("state"), dict) or not isinstance(
-        opt.get("param_groups"), list
+    if (
+        not isinstance(opt, dict)
+        or not isinstance(opt.get("state"), dict)
+        or not isinstance(opt.get("param_groups"), list)
     ):
         raise _fail(where, "optimizer", "is not an optimiser state (state, param_groups)")
     groups = optimizer.param_groups
@@ -302,18 +303,30 @@ def _check_rng(rng: Any, where: Path) -> None:
         raise _fail(where, "rng", "lacks one of 'python', 'numpy', 'torch'")
     py = rng["python"]
     if not (
-        isinstance(py, list | tuple) and len(py) == 3 and _is_int(py[0])
-        and isinstance(py[1], torch.Tensor) and py[1].dtype == torch.int64 and tuple(py[1].shape) == (625,)
+        isinstance(py, list | tuple)
+        and len(py) == 3
+        and _is_int(py[0])
+        and isinstance(py[1], torch.Tensor)
+        and py[1].dtype == torch.int64
+        and tuple(py[1].shape) == (625,)
         and (py[2] is None or _is_number(py[2]))
-        and bool(((py[1][:624] >= 0) & (py[1][:624] < 1 << 32)).all()) and 0 <= int(py[1][624]) <= 624
+        and bool(((py[1][:624] >= 0) & (py[1][:624] < 1 << 32)).all())
+        and 0 <= int(py[1][624]) <= 624
     ):
         raise _fail(where, "rng.python", "is not a Python random state (version, 625 integers, gauss)")
     npy = rng["numpy"]
     if not (
-        isinstance(npy, list | tuple) and len(npy) == 5 and npy[0] == "MT19937"
-        and isinstance(npy[1], torch.Tensor) and npy[1].dtype == torch.int64 and tuple(npy[1].shape) == (624,)
+        isinstance(npy, list | tuple)
+        and len(npy) == 5
+        and npy[0] == "MT19937"
+        and isinstance(npy[1], torch.Tensor)
+        and npy[1].dtype == torch.int64
+        and tuple(npy[1].shape) == (624,)
         and bool(((npy[1] >= 0) & (npy[1] < 1 << 32)).all())
-        and _is_int(npy[2]) and 0 <= npy[2] <= 624 and _is_int(npy[3]) and _is_number(npy[4])
+        and _is_int(npy[2])
+        and 0 <= npy[2] <= 624
+        and _is_int(npy[3])
+        and _is_number(npy[4])
     ):
         raise _fail(where, "rng.numpy", "is not a numpy MT19937 state (name, 624 integers, pos, has_gauss, cached)")
     t = rng["torch"]

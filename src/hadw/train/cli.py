@@ -120,8 +120,9 @@ def sft(
     except Exception as err:
         from hadw.rollout.models import model_load_error
 
-        raise typer.BadParameter(f"{start}: cannot load the model: {model_load_error(err)}",
-                                 param_hint="'--model'") from None
+        raise typer.BadParameter(
+            f"{start}: cannot load the model: {model_load_error(err)}", param_hint="'--model'"
+        ) from None
     cfg = SFTConfig(
         task=task,
         source=data or "",

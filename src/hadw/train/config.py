@@ -424,8 +424,10 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _S
 # YAML 1.2 floats (1e-6 without a dot), as OmegaConf's own loader reads them
 _StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-               r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+        r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
     list("-+0123456789."),
 )
 
@@ -436,8 +438,10 @@ def parse_yaml(text: str, where: str) -> Any:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
     except _DuplicateKeyError as err:
-        raise ConfigError(f"{where}:{err.line}: duplicate key {err.key!r} (first at line {err.first}); give each "
-                          "key once (YAML would silently keep the last)") from None
+        raise ConfigError(
+            f"{where}:{err.line}: duplicate key {err.key!r} (first at line {err.first}); give each "
+            "key once (YAML would silently keep the last)"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a config") from None
     _check_size(data, where)
@@ -553,7 +557,7 @@ def _yaml_error(path: str, err: yaml.YAMLError) -> str:
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     return (
         f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
-        "e.g. template: \"{question} Answer:\""
+        'e.g. template: "{question} Answer:"'
     )
 
 
@@ -709,8 +713,9 @@ def validate(cfg: Config) -> None:
     _range("train.micro_batch_size", t.micro_batch_size, 0, 1 << 20)
     rw = cfg.reward
     if len(set(rw.functions)) != len(rw.functions):
-        raise ConfigError(f"reward.functions={list(rw.functions)} names a reward twice; give each once (weigh it "
-                          "with reward.weights)")
+        raise ConfigError(
+            f"reward.functions={list(rw.functions)} names a reward twice; give each once (weigh it with reward.weights)"
+        )
     if rw.weights is not None and not all(math.isfinite(w) for w in rw.weights):
         raise ConfigError(f"reward.weights={list(rw.weights)} is not allowed; allowed: finite numbers")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):

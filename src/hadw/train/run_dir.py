@@ -22,8 +22,16 @@ from hadw.safe_files import open_nofollow, refuse_link
 
 LOCK_FILE = ".lock"
 # What a run writes; only these are moved aside by --overwrite (anything else in the folder is the user's).
-RUN_ENTRIES = ("metrics.jsonl", "samples.jsonl", "config.yaml", "latest", "final_model", "init_model", "tensorboard",
-               "reward_errors.jsonl")
+RUN_ENTRIES = (
+    "metrics.jsonl",
+    "samples.jsonl",
+    "config.yaml",
+    "latest",
+    "final_model",
+    "init_model",
+    "tensorboard",
+    "reward_errors.jsonl",
+)
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
 WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, "final_eval.json", "wandb_id", "warm_start_model")

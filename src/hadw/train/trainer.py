@@ -676,11 +676,15 @@ class Trainer:
         self._warned_no_signal = True
         cfg = self.cfg
         causes = measured_no_signal_causes(metrics, texts, cfg)
-        likely = "Measured on the last batch: " + "; ".join(causes) if causes else (
-            "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
-            "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
-            f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
-            f"(reward.functions={list(cfg.reward.functions)})"
+        likely = (
+            "Measured on the last batch: " + "; ".join(causes)
+            if causes
+            else (
+                "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
+                "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
+                f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
+                f"(reward.functions={list(cfg.reward.functions)})"
+            )
         )
         message = (
             f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
@@ -814,4 +818,3 @@ class Trainer:
         self.tokenizer.save_pretrained(tmp)
         replace_dir(tmp, final)
         fsync_path(self.run_dir)
-
