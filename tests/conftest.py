@@ -58,3 +58,19 @@ def shared_data() -> Path:
             "(CI has it; a user's clone does not)"
         )
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    """A very small tiny model (2 layers, hidden 32) saved as a checkpoint folder, built once per test module."""
+    from hadw.rollout import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )

@@ -10,25 +10,11 @@ import pytest
 import torch
 
 from hadw.errors import UserError
-from hadw.rollout import build_tiny_model
 from hadw.safe_files import LinkError
 from hadw.train.checkpoint import CheckpointError, latest_checkpoint
 from hadw.train.config import load_config
 from hadw.train.run_dir import RunDirError
 from hadw.train.trainer import Trainer
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "model",
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        seed=0,
-    )
 
 
 def _trainer(tiny_path, run: Path, *extra: str, **kwargs) -> Trainer:

@@ -120,19 +120,6 @@ def test_the_trl_adapter_reward_counts_reports_once_and_stops(monkeypatch, caplo
 
 
 # ---------------------------------------------------------------------------------------- through the trainer
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from hadw.rollout import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "model",
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        seed=0,
-    )
 
 
 def _train(tiny_path, run, *extra):

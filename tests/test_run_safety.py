@@ -20,7 +20,6 @@ from hadw.core import make_anchor
 from hadw.core.anchors import anchor_setting_changes
 from hadw.rewards import RewardFunction, math_item, run_reward
 from hadw.rewards.verifiers import exact_item
-from hadw.rollout import build_tiny_model
 from hadw.train.checkpoint import latest_checkpoint, save_checkpoint
 from hadw.train.config import load_config
 from hadw.train.metrics_log import read_jsonl
@@ -28,19 +27,6 @@ from hadw.train.run_dir import RunDirError, RunLock, claim_run_dir, config_diffe
 from hadw.train.trainer import Trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "model",
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        seed=0,
-    )
 
 
 def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:

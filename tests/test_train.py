@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from hadw.rewards import RewardFunction, register_reward
-from hadw.rollout import build_tiny_model
 from hadw.train import trainer as trainer_module
 from hadw.train.checkpoint import latest_checkpoint, load_model_weights
 from hadw.train.config import ConfigError, load_config
@@ -31,19 +30,6 @@ def _flaky(completion: str, answer: str) -> float:
 
 register_reward(RewardFunction("test_has_digit", _has_digit))
 register_reward(RewardFunction("test_flaky", _flaky))
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "model",
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        seed=0,
-    )
 
 
 def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:
