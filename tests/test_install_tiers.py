@@ -61,3 +61,13 @@ def test_a_command_without_its_extra_is_one_line_naming_it(args, extra):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and f"pip install 'hadw[{extra}]'" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_every_extra_the_cli_names_exists_in_pyproject():
+    import tomllib
+
+    from hadw.cli import COMMAND_EXTRAS
+    from hadw.errors import EXTRAS, TIERS
+
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(EXTRAS.values()) | set(COMMAND_EXTRAS.values()) | set(TIERS) <= set(extras)

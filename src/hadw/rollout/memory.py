@@ -7,6 +7,8 @@ splits its rows into chunks of at most `rows_per_chunk(...)` rows.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 # The share of the memory available when generation starts that one chunk may use: the rest is the weights'
@@ -26,8 +28,6 @@ def available_bytes(device: torch.device) -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import os
-
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
