@@ -1,57 +1,74 @@
 #!/usr/bin/env bash
-# One prepared check for a GPU machine with no network: install what it lacks from carried wheels, then run
-# the demo, a 135 M-shaped bf16 training run, the TRL adapter in bf16, eval with samples and the whole test
-# suite, with one summary at the end. Usage (wheels from scripts/gpu_wheels.sh):
-#     WHEELS=wheels bash scripts/gpu_check.sh
+# One prepared check for a GPU machine with no network: install what it lacks from carried wheels, then
+# measure GPU rollouts (benchmarks/rollout_gpu.py, on a quiet GPU), then, side by side, the whole test suite
+# (pytest -n 8) and the demo, a 135 M-shaped bf16 training run, eval with samples and the TRL adapter in
+# bf16; one summary at the end. Usage (wheels from scripts/gpu_wheels.sh, default folder .whl):
+#     WHEELS=.whl bash scripts/gpu_check.sh            # logs and reports also go to $OUT when it is set
 # Everything goes into a fresh folder ($CHECK_DIR, default a new temporary one): a warm machine keeps earlier
 # installs, which must not leak into this run. The machine's own torch / transformers are used as they are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-WHEELS=${WHEELS:-wheels}
+WHEELS=${WHEELS:-.whl}
 CHECK_DIR=${CHECK_DIR:-$(mktemp -d /tmp/hadw-gpu-check.XXXX)}
 LOG=$CHECK_DIR/logs
 mkdir -p "$LOG"
 source scripts/offline_env.sh
-declare -a SUMMARY=()
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+SUMMARY=$CHECK_DIR/summary.txt
 step() {  # step NAME COMMAND...: run, time, keep the log, record the outcome
   local name=$1; shift
   local t0=$SECONDS
   "$@" > "$LOG/$name.log" 2>&1
   local rc=$?
-  SUMMARY+=("$(printf '%-12s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$LOG/$name.log")")
+  printf '%-10s rc=%-3s %5ss\n' "$name" "$rc" "$((SECONDS - t0))" >> "$SUMMARY"
   return $rc
 }
 
-# 1. A venv that sees the machine's torch/transformers and gets the rest from the carried wheels only.
-python3 -m venv --system-site-packages "$CHECK_DIR/venv"
-PY=$CHECK_DIR/venv/bin/python
-step install bash -c "'$PY' -m pip install -q --no-index --find-links '$WHEELS' -r '$WHEELS/requirements.txt' \
-  && '$PY' -m pip install -q --no-index --no-deps --no-build-isolation -e ." || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
-HADW=$CHECK_DIR/venv/bin/hadw
-"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
-  torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO GPU', 'transformers', transformers.__version__)" \
-  | tee "$LOG/versions.txt"
+# 1. The carried wheels into a fresh folder, this checkout's src beside them (no build, no network).
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$CHECK_DIR/site" "$WHEELS"/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=$CHECK_DIR/site:$PWD/src
+HADW=("$PY" -m hadw.cli)
+"$PY" -c "import torch, transformers, datasets, pyarrow, trl, math_verify, omegaconf; print('torch', torch.__version__, \
+'cuda', torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO GPU', '| transformers', \
+transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)" \
+  2>&1 | tee "$LOG/versions.txt"
 
-# 2. The README's first command.
-step demo "$HADW" demo --out-dir "$CHECK_DIR/demo"
+# 2. GPU rollouts, alone on the card: every decoder vs transformers' generate, 135 M shape.
+step bench "$PY" benchmarks/rollout_gpu.py --report "$CHECK_DIR/rollout_gpu.md"
 
-# 3. A 135 M-shaped Llama (49 k vocabulary), bf16 compute on fp32 master weights; then eval with samples.
-"$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); from bench_models import MODELS; \
+# 3. The suite, and beside it the demo and the 135 M-shaped runs (one GPU, 139 GB: room for all).
+step tests "$PY" -m pytest -q -n 8 -p no:cacheprovider &
+tests_pid=$!
+step demo "${HADW[@]}" demo --out-dir "$CHECK_DIR/demo" &
+demo_pid=$!
+(
+  "$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); from bench_models import MODELS; \
 from hadw.rollout import build_tiny_model; build_tiny_model('$CHECK_DIR/m135', **MODELS['135M'])" > "$LOG/build.log" 2>&1
-step train135 "$HADW" train model.path="$CHECK_DIR/m135" model.compute_dtype=bfloat16 optim.lr=1e-6 \
-  train.steps=5 train.prompts_per_step=8 rollout.group_size=8 rollout.max_new_tokens=128 \
-  train.output_dir="$CHECK_DIR/train135"
-step eval135 "$HADW" eval "$CHECK_DIR/m135" --data task:sums --limit 32 -k 4 --dtype bfloat16 \
-  --samples "$CHECK_DIR/samples.jsonl" --json "$CHECK_DIR/eval135.json"
+  step train135 "${HADW[@]}" train model.path="$CHECK_DIR/m135" model.compute_dtype=bfloat16 optim.lr=1e-6 \
+    train.steps=5 train.prompts_per_step=8 rollout.group_size=8 rollout.max_new_tokens=128 \
+    train.output_dir="$CHECK_DIR/train135"
+  step eval135 "${HADW[@]}" eval "$CHECK_DIR/m135" --data task:sums --limit 32 -k 4 --dtype bfloat16 \
+    --samples "$CHECK_DIR/samples.jsonl" --json "$CHECK_DIR/eval135.json"
+  step trl "$PY" -m pytest -q -x tests/test_integration_trl.py -k "not two_processes" -p no:cacheprovider
+) &
+runs_pid=$!
+wait $tests_pid $demo_pid $runs_pid
 
-# 4. The TRL adapter in bf16 (two steps, HA-DW metrics logged).
-step trl "$PY" -m pytest -q -x tests/test_integration_trl.py -k "not two_processes" -p no:cacheprovider
-
-# 5. The whole suite, with the GPU visible.
-step tests "$PY" -m pytest -q -p no:cacheprovider
-
-echo
-echo "== hadw GPU check: $(cat "$LOG/versions.txt")"
-printf '%s\n' "${SUMMARY[@]}"
-grep -A8 "greedy" "$LOG/demo.log" | tail -12
-tail -1 "$LOG/tests.log"
+{
+  echo "== hadw GPU check: $(cat "$LOG/versions.txt")"
+  cat "$SUMMARY"
+  echo "-- rollouts (benchmarks/rollout_gpu.py)"; grep -E "^\||first call|failed" "$LOG/bench.log"
+  echo "-- train135 (per step)"; "$PY" -c "import json, sys; [print({k: round(v, 3) for k, v in r.items() \
+if k.startswith(('timing_s', 'perf'))}) for r in map(json.loads, open(sys.argv[1])) if 'timing_s/step' in r]" \
+    "$CHECK_DIR/train135/metrics.jsonl" 2>&1 | tail -5
+  echo "-- demo"; grep -B2 -A8 "| level" "$LOG/demo.log" | tail -12
+  echo "-- tests"; grep -E "^(FAILED|ERROR)" "$LOG/tests.log" | head -20; tail -1 "$LOG/tests.log"
+} | tee "$CHECK_DIR/report.txt"
+if [ -n "${OUT:-}" ]; then  # the device tool brings back at most 8 files: the report, the table, all logs in one
+  cp "$CHECK_DIR/report.txt" "$OUT/"
+  cp "$CHECK_DIR/rollout_gpu.md" "$OUT/" 2>/dev/null
+  cp "$CHECK_DIR/demo/demo_results.md" "$OUT/" 2>/dev/null
+  tar -czf "$OUT/logs.tar.gz" -C "$CHECK_DIR" logs train135/metrics.jsonl eval135.json 2>/dev/null
+fi

@@ -23,7 +23,9 @@ from hadw.rollout import (
     compute_logprobs,
     fused_unsupported,
 )
+from hadw.rollout import engine as engine_module
 from hadw.rollout import fused as fused_module
+from hadw.rollout import graphed as graphed_module
 from hadw.rollout.logprobs import position_ids_from_mask
 from hadw.rollout.sampling import draw
 
@@ -94,14 +96,16 @@ def set_packing(monkeypatch, pack: str) -> None:
         monkeypatch.setattr(fused_module, name, 0 if pack == "all" else 10**12)
 
 
+@pytest.mark.parametrize("decoder", ["fused", "graph"])
 @pytest.mark.parametrize("pack", ["none", "all"])
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
-def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, temperature, pack, monkeypatch):
+def test_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(model_tok, temperature, pack, decoder, monkeypatch):
+    # "graph" on a CPU runs GraphedDecoder's static-shape step eagerly: the maths the CUDA graph records.
     set_packing(monkeypatch, pack)
     model, tok = model_tok
     assert fused_unsupported(model) is None
     params = SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=5)
-    fused = HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), params)
+    fused = HFRolloutEngine(model, tok, decoder=decoder).generate(prompts_of(tok), params)
     hf = HFRolloutEngine(model, tok, decoder="hf").generate(prompts_of(tok), params)
     with torch.no_grad():
         forced = compute_logprobs(model, fused.input_ids, fused.attention_mask, fused.response_mask, 1.0)
@@ -203,8 +207,49 @@ def test_unsupported_models_fall_back_or_refuse():
     plain, _ = make_model("qwen2-gqa2")
     plain.model.layers[0].mlp.up_proj = torch.nn.Sequential(plain.model.layers[0].mlp.up_proj)  # a wrapper
     assert "up_proj" in fused_unsupported(plain)
+    with pytest.raises(ValueError, match="decoder='graph' cannot run this model: .*sliding"):
+        HFRolloutEngine(model, tok, decoder="graph")
     with pytest.raises(ValueError, match="decoder='vllm'"):
         HFRolloutEngine(model, tok, decoder="vllm")
+
+
+def test_auto_picks_fused_on_a_cpu_and_the_cuda_graph_on_a_gpu(monkeypatch):
+    model, tok = make_model("qwen2-gqa2")
+    sliding, _ = make_model("qwen2-gqa2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    assert HFRolloutEngine(model, tok).resolved_decoder() == "fused"
+    monkeypatch.setattr(engine_module, "model_device", lambda m: torch.device("cuda"))  # where the model is
+    assert HFRolloutEngine(model, tok).resolved_decoder() == "graph"
+    assert HFRolloutEngine(sliding, tok).resolved_decoder() == "hf"  # unsupported: transformers' forward
+    assert HFRolloutEngine(model, tok, decoder="hf").resolved_decoder() == "hf"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA graphs")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cuda_graph_samples_what_the_eager_static_step_samples(dtype, monkeypatch):
+    # TF32 off: a float32 rollout is compared with a float32 teacher-forced re-scoring to 1e-4 (GPU
+    # reductions differ from each other in the last bits, ~1e-6 relative, not by TF32's 1e-3).
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    model, tok = make_model("llama-gqa4-biases-headdim")
+    model.cuda()
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=20, seed=5)
+
+    def rollout(graphs: bool):
+        monkeypatch.setattr(graphed_module, "USE_CUDA_GRAPHS", graphs)
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):  # the trainer's mixed precision
+            return HFRolloutEngine(model, tok, decoder="graph").generate(prompts_of(tok), params)
+
+    graphed, eager = rollout(True), rollout(False)
+    same = graphed.response_ids == eager.response_ids
+    assert same.float().mean() >= (1.0 if dtype == torch.float32 else 0.95)
+    diff = (graphed.logprobs - eager.logprobs)[same & graphed.response_mask.bool()].abs().max()
+    assert diff <= (1e-5 if dtype == torch.float32 else 1e-2)
+    if dtype == torch.float32:
+        with torch.no_grad():
+            forced = compute_logprobs(
+                model, graphed.input_ids.cuda(), graphed.attention_mask.cuda(), graphed.response_mask.cuda(), 1.0
+            ).cpu()
+        torch.testing.assert_close(graphed.logprobs, forced * graphed.response_mask, rtol=0, atol=1e-4)
 
 
 def test_draw_never_picks_a_zero_probability_token_and_follows_the_distribution():

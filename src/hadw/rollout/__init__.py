@@ -10,6 +10,7 @@ Typical use (tests/test_rollout.py has more):
 from hadw.rollout.batch import RolloutBatch, RolloutEngine
 from hadw.rollout.engine import DECODERS, ENGINES, HFRolloutEngine, make_engine
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
+from hadw.rollout.graphed import GraphedDecoder
 from hadw.rollout.logprobs import compute_logprobs, position_ids_from_mask, token_logprobs_from_logits
 from hadw.rollout.models import build_tiny_model, build_tiny_tokenizer, load_model, model_device, to_model_device
 from hadw.rollout.sampling import SamplingParams, sample_next_token, top_k_filter, top_p_filter
@@ -18,6 +19,7 @@ __all__ = [
     "DECODERS",
     "ENGINES",
     "FusedDecoder",
+    "GraphedDecoder",
     "HFRolloutEngine",
     "RolloutBatch",
     "RolloutEngine",

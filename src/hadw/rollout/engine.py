@@ -1,8 +1,9 @@
 """HFRolloutEngine: batched sampling with a `transformers` model and its KV cache, plus `make_engine`.
 
 One loop, no `model.generate`: prefill each distinct left-padded prompt once (its G rows share the
-cache), then feed one token per row per step, through FusedDecoder (Llama / Qwen2 on a CPU) or the
-model's forward with a DynamicCache. Position ids come from the attention mask (as in
+cache), then feed one token per row per step, through FusedDecoder (Llama / Qwen2 on a CPU), its
+static-shape step replayed as a CUDA graph (GraphedDecoder: Llama / Qwen2 on a GPU) or the model's
+forward with a DynamicCache. Position ids come from the attention mask (as in
 `compute_logprobs`), so the log-probs recorded here equal a teacher-forced re-scoring of the same tokens
 (to float rounding, ~1e-6). Randomness comes only from a torch.Generator seeded by `params.seed`, so
 torch's global RNG state is never touched. Each phase is tagged with torch.profiler.record_function
@@ -22,6 +23,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
+from hadw.rollout.graphed import GraphedDecoder
 from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
 from hadw.rollout.memory import rows_per_chunk
 from hadw.rollout.models import model_device
@@ -39,7 +41,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     return ids
 
 
-DECODERS = ("auto", "fused", "hf")
+DECODERS = ("auto", "fused", "graph", "hf")
 
 
 class HFRolloutEngine:
@@ -47,8 +49,10 @@ class HFRolloutEngine:
 
     decoder: how the prefill and the one-token steps run. "fused": hadw's FusedDecoder (Llama / Qwen2
     only; ×1.3 the tokens/s of "hf" on a CPU at 64 rows × 64 new tokens, ×1.05–1.2 for 6-token answers,
-    benchmarks/roofline.py); "hf": the model's own forward with a DynamicCache; "auto": fused for float32
-    weights on a CPU when the model supports it, else hf (on a GPU transformers' SDPA kernels are kept).
+    benchmarks/roofline.py); "graph": FusedDecoder's weights with a static-shape step replayed as one
+    CUDA graph per chunk (GraphedDecoder; Llama / Qwen2; on a CPU the same step runs eagerly, for tests);
+    "hf": the model's own forward with a DynamicCache; "auto": fused for float32 weights on a CPU, graph
+    on a GPU, when the model supports it; else hf.
     """
 
     def __init__(
@@ -66,8 +70,8 @@ class HFRolloutEngine:
         if decoder not in DECODERS:
             raise ValueError(f"HFRolloutEngine: decoder={decoder!r}; allowed: {list(DECODERS)}")
         reason = fused_unsupported(model)
-        if decoder == "fused" and reason:
-            raise ValueError(f"HFRolloutEngine: decoder='fused' cannot run this model: {reason}")
+        if decoder in ("fused", "graph") and reason:
+            raise ValueError(f"HFRolloutEngine: decoder={decoder!r} cannot run this model: {reason}")
         self.decoder = decoder
         self.model = model
         self.tokenizer = tokenizer
@@ -82,11 +86,20 @@ class HFRolloutEngine:
         self._cache_arg = cache_kwarg(model) or "past_key_values"
 
     def uses_fused(self) -> bool:
-        """Whether prefill and decode steps run through FusedDecoder (decided per call: the device may change)."""
-        if self.decoder == "auto":  # where it is measured and tested: float32 weights on a CPU
-            on_cpu_fp32 = self.model.device.type == "cpu" and self.model.dtype == torch.float32
-            return on_cpu_fp32 and fused_unsupported(self.model) is None
-        return self.decoder == "fused"
+        """Whether prefill and decode steps run through FusedDecoder's weights (fused or graph)."""
+        return self.resolved_decoder() in ("fused", "graph")
+
+    def resolved_decoder(self) -> str:
+        """The decoder this call runs: "fused", "graph" or "hf" (decided per call: the device may change)."""
+        if self.decoder != "auto":
+            return self.decoder
+        if fused_unsupported(self.model) is not None:
+            return "hf"
+        device = model_device(self.model)
+        if device.type == "cuda":  # launch-bound there: one graph replay per token (benchmarks/rollout_gpu.py)
+            return "graph"
+        # Where it is measured and tested: float32 weights on a CPU.
+        return "fused" if device.type == "cpu" and self.model.dtype == torch.float32 else "hf"
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, on_rows_done: Callable[[int], None] | None = None
@@ -177,9 +190,10 @@ class HFRolloutEngine:
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         num_real = prompt_mask.sum(dim=1)  # [B]: position of the first response token
         with record_function("rollout/prefill"):
-            fused, cache = None, None
-            if self.uses_fused():  # the fused weights run the prefill too, straight into their own cache
-                fused = FusedDecoder(self.model, prompt_mask, max_new)
+            fused, cache, decoder = None, None, self.resolved_decoder()
+            if decoder in ("fused", "graph"):  # the fused weights run the prefill too, into their own cache
+                kind = FusedDecoder if decoder == "fused" else GraphedDecoder
+                fused = kind(self.model, prompt_mask, max_new)
                 logits = fused.prefill(prompt_ids, *prompt_groups(prompt_ids, prompt_mask))
             else:
                 logits, cache = self._prefill(prompt_ids, prompt_mask)

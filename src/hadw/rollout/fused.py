@@ -69,6 +69,11 @@ def _cat_weights(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None
     return weight, torch.cat(biases)
 
 
+def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    """t in dtype (the tensor itself when it already is, or when dtype is None)."""
+    return t if t is None or dtype is None else t.to(dtype)
+
+
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis. torch's CPU kernel runs rows shorter than one vector register (16
     floats) ~3x slower than these four ops (measured: 121 vs 37 us for [256, 2, 12]); longer rows use it."""
@@ -152,28 +157,41 @@ class FusedDecoder:
     """
 
     @torch.inference_mode()
-    def __init__(self, model: nn.Module, prompt_mask: torch.Tensor, max_new_tokens: int):
+    def __init__(
+        self,
+        model: nn.Module,
+        prompt_mask: torch.Tensor,
+        max_new_tokens: int,
+        dtype: torch.dtype | None = None,
+        zero_cache: bool = False,
+    ):
+        """dtype: the fused weights' and cache's dtype (None: the model's; bfloat16 for mixed precision on
+        a GPU, where the copies are made anyway). zero_cache: fill the K/V cache with zeros, for a step
+        that reads every column (GraphedDecoder: unwritten columns get probability 0, and 0 x garbage
+        could be NaN)."""
         cfg = model.config
         core = model.model
+        cast = functools.partial(_cast, dtype=dtype)
         self.eps = cfg.rms_norm_eps
         self.num_heads = cfg.num_attention_heads
         self.num_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim**-0.5
         self.inter = cfg.intermediate_size
-        self.embed = core.embed_tokens.weight  # [V, H]
-        self.final_norm = core.norm.weight
+        self.embed = cast(core.embed_tokens.weight)  # [V, H]
+        self.final_norm = cast(core.norm.weight)
         batch, prompt_len = prompt_mask.shape
         pack = batch >= PACK_MIN_ROWS and max_new_tokens >= PACK_MIN_STEPS
-        self.lm_head = _Proj(model.lm_head.weight, model.lm_head.bias, batch, pack)
-        self.layers = [self._fuse(layer, batch, pack) for layer in core.layers]
+        self.lm_head = _Proj(cast(model.lm_head.weight), cast(model.lm_head.bias), batch, pack)
+        self.layers = [self._fuse(layer, batch, pack, cast) for layer in core.layers]
 
         total = prompt_len + max_new_tokens
         d, kv = self.head_dim, self.num_kv
         # K and V of every layer in one buffer: [L, 2, B * nkv, T, D]; rows x kv-heads flattened for bmm.
         dtype = self.embed.dtype
         # Columns are read only once written (prefill or step), so the buffer needs no zero fill.
-        self.cache = self.embed.new_empty((len(self.layers), 2, batch * kv, total, d), dtype=dtype)
+        shape = (len(self.layers), 2, batch * kv, total, d)
+        self.cache = self.embed.new_zeros(shape) if zero_cache else self.embed.new_empty(shape, dtype=dtype)
         self.prompt_mask = prompt_mask
         # Additive attention bias over cache columns: -inf on the prompt's left padding, 0 elsewhere.
         bias = torch.zeros((batch, total), dtype=torch.float32, device=prompt_mask.device)
@@ -190,15 +208,15 @@ class FusedDecoder:
         self.cos, self.sin = cos[0], sin[0] * sign  # [positions, D]
 
     @staticmethod
-    def _fuse(layer: nn.Module, rows: int, pack: bool) -> _Layer:
+    def _fuse(layer: nn.Module, rows: int, pack: bool, cast) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         return _Layer(
-            norm_in=layer.input_layernorm.weight,
-            qkv=_Proj(*_cat_weights(attn.q_proj, attn.k_proj, attn.v_proj), rows, pack),
-            o=_Proj(attn.o_proj.weight, attn.o_proj.bias, rows, pack),
-            norm_post=layer.post_attention_layernorm.weight,
-            gate_up=_Proj(*_cat_weights(mlp.gate_proj, mlp.up_proj), rows, pack),
-            down=_Proj(mlp.down_proj.weight, mlp.down_proj.bias, rows, pack),
+            norm_in=cast(layer.input_layernorm.weight),
+            qkv=_Proj(*map(cast, _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)), rows, pack),
+            o=_Proj(cast(attn.o_proj.weight), cast(attn.o_proj.bias), rows, pack),
+            norm_post=cast(layer.post_attention_layernorm.weight),
+            gate_up=_Proj(*map(cast, _cat_weights(mlp.gate_proj, mlp.up_proj)), rows, pack),
+            down=_Proj(cast(mlp.down_proj.weight), cast(mlp.down_proj.bias), rows, pack),
         )
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
