@@ -36,22 +36,22 @@ transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version
   2>&1 | tee "$LOG/versions.txt"
 
 # 2. GPU rollouts, alone on the card: every decoder vs transformers' generate, 135 M shape.
-step bench "$PY" benchmarks/rollout_gpu.py --report "$CHECK_DIR/rollout_gpu.md"
+step bench timeout "${BENCH_S:-180}" "$PY" benchmarks/rollout_gpu.py --report "$CHECK_DIR/rollout_gpu.md"
 
 # 3. The suite, and beside it the demo and the 135 M-shaped runs (one GPU, 139 GB: room for all).
-step tests "$PY" -m pytest -q -n 8 -p no:cacheprovider &
+step tests timeout "${JOB_S:-270}" "$PY" -m pytest -v -n 8 --durations=10 -p no:cacheprovider &
 tests_pid=$!
-step demo "${HADW[@]}" demo --out-dir "$CHECK_DIR/demo" &
+step demo timeout "${JOB_S:-270}" "${HADW[@]}" demo --out-dir "$CHECK_DIR/demo" &
 demo_pid=$!
-(
+(  # each step capped, so that the chain ends within JOB_S too
   "$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); from bench_models import MODELS; \
 from hadw.rollout import build_tiny_model; build_tiny_model('$CHECK_DIR/m135', **MODELS['135M'])" > "$LOG/build.log" 2>&1
-  step train135 "${HADW[@]}" train model.path="$CHECK_DIR/m135" model.compute_dtype=bfloat16 optim.lr=1e-6 \
+  step train135 timeout 150 "${HADW[@]}" train model.path="$CHECK_DIR/m135" model.compute_dtype=bfloat16 optim.lr=1e-6 \
     train.steps=5 train.prompts_per_step=8 rollout.group_size=8 rollout.max_new_tokens=128 \
     train.output_dir="$CHECK_DIR/train135"
-  step eval135 "${HADW[@]}" eval "$CHECK_DIR/m135" --data task:sums --limit 32 -k 4 --dtype bfloat16 \
+  step eval135 timeout 60 "${HADW[@]}" eval "$CHECK_DIR/m135" --data task:sums --limit 32 -k 4 --dtype bfloat16 \
     --samples "$CHECK_DIR/samples.jsonl" --json "$CHECK_DIR/eval135.json"
-  step trl "$PY" -m pytest -q -x tests/test_integration_trl.py -k "not two_processes" -p no:cacheprovider
+  step trl timeout 60 "$PY" -m pytest -q -x tests/test_integration_trl.py -k "not two_processes" -p no:cacheprovider
 ) &
 runs_pid=$!
 wait $tests_pid $demo_pid $runs_pid
@@ -64,7 +64,7 @@ wait $tests_pid $demo_pid $runs_pid
 if k.startswith(('timing_s', 'perf'))}) for r in map(json.loads, open(sys.argv[1])) if 'timing_s/step' in r]" \
     "$CHECK_DIR/train135/metrics.jsonl" 2>&1 | tail -5
   echo "-- demo"; grep -B2 -A8 "| level" "$LOG/demo.log" | tail -12
-  echo "-- tests"; grep -E "^(FAILED|ERROR)" "$LOG/tests.log" | head -20; tail -1 "$LOG/tests.log"
+  echo "-- tests"; grep -E " (FAILED|ERROR) " "$LOG/tests.log" | head -30; tail -1 "$LOG/tests.log"
 } | tee "$CHECK_DIR/report.txt"
 if [ -n "${OUT:-}" ]; then  # the device tool brings back at most 8 files: the report, the table, all logs in one
   cp "$CHECK_DIR/report.txt" "$OUT/"
