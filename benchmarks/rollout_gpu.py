@@ -5,9 +5,9 @@ so the rollout runs far below what the card can do. `decoder="graph"` (hadw.roll
 fused step as one CUDA graph. This script measures, side by side in one process, alternating the
 contenders round by round, the tokens/s of
 
-    hf           HFRolloutEngine over transformers' forward + DynamicCache (the GPU default before "graph")
+    hf           HFRolloutEngine over transformers' forward + DynamicCache (the GPU default, decoder=auto)
     fused        FusedDecoder's step, eager (~16 ops a layer instead of ~40)
-    graph        the same step with static shapes, replayed as a CUDA graph (the GPU default now)
+    graph        the same step with static shapes, replayed as a CUDA graph (opt-in: rollout.decoder=graph)
     generate     model.generate (dynamic cache)
     generate-static   model.generate(cache_implementation="static"), which transformers compiles
                  (torch.compile of the forward, CUDA graphs included); its first call's time is printed

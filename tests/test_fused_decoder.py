@@ -213,14 +213,15 @@ def test_unsupported_models_fall_back_or_refuse():
         HFRolloutEngine(model, tok, decoder="vllm")
 
 
-def test_auto_picks_fused_on_a_cpu_and_the_cuda_graph_on_a_gpu(monkeypatch):
+def test_auto_picks_fused_on_a_cpu_and_the_graph_only_when_asked(monkeypatch):
     model, tok = make_model("qwen2-gqa2")
     sliding, _ = make_model("qwen2-gqa2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
     assert HFRolloutEngine(model, tok).resolved_decoder() == "fused"
-    monkeypatch.setattr(engine_module, "model_device", lambda m: torch.device("cuda"))  # where the model is
-    assert HFRolloutEngine(model, tok).resolved_decoder() == "graph"
     assert HFRolloutEngine(sliding, tok).resolved_decoder() == "hf"  # unsupported: transformers' forward
-    assert HFRolloutEngine(model, tok, decoder="hf").resolved_decoder() == "hf"
+    assert HFRolloutEngine(model, tok, decoder="graph").resolved_decoder() == "graph"
+    monkeypatch.setattr(engine_module, "model_device", lambda m: torch.device("cuda"))  # where the model is
+    assert HFRolloutEngine(model, tok).resolved_decoder() == "hf"  # "graph" is opt-in until measured on a GPU
+    assert HFRolloutEngine(model, tok, decoder="graph").resolved_decoder() == "graph"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA graphs")

@@ -50,9 +50,10 @@ class HFRolloutEngine:
     decoder: how the prefill and the one-token steps run. "fused": hadw's FusedDecoder (Llama / Qwen2
     only; ×1.3 the tokens/s of "hf" on a CPU at 64 rows × 64 new tokens, ×1.05–1.2 for 6-token answers,
     benchmarks/roofline.py); "graph": FusedDecoder's weights with a static-shape step replayed as one
-    CUDA graph per chunk (GraphedDecoder; Llama / Qwen2; on a CPU the same step runs eagerly, for tests);
-    "hf": the model's own forward with a DynamicCache; "auto": fused for float32 weights on a CPU, graph
-    on a GPU, when the model supports it; else hf.
+    CUDA graph per chunk (GraphedDecoder; Llama / Qwen2; on a CPU the same step runs eagerly, for tests;
+    opt-in until it has been measured on a GPU: benchmarks/rollout_gpu.py, scripts/gpu_check.sh);
+    "hf": the model's own forward with a DynamicCache; "auto": fused for float32 weights on a CPU when the
+    model supports it, else hf (on a GPU transformers' SDPA kernels are kept).
     """
 
     def __init__(
@@ -93,13 +94,10 @@ class HFRolloutEngine:
         """The decoder this call runs: "fused", "graph" or "hf" (decided per call: the device may change)."""
         if self.decoder != "auto":
             return self.decoder
-        if fused_unsupported(self.model) is not None:
-            return "hf"
-        device = model_device(self.model)
-        if device.type == "cuda":  # launch-bound there: one graph replay per token (benchmarks/rollout_gpu.py)
-            return "graph"
-        # Where it is measured and tested: float32 weights on a CPU.
-        return "fused" if device.type == "cpu" and self.model.dtype == torch.float32 else "hf"
+        # Where it is measured and tested: float32 weights on a CPU. "graph" stays opt-in on a GPU until
+        # benchmarks/rollout_gpu.py has run there (no GPU has been lent since it was written).
+        on_cpu_fp32 = model_device(self.model).type == "cpu" and self.model.dtype == torch.float32
+        return "fused" if on_cpu_fp32 and fused_unsupported(self.model) is None else "hf"
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, on_rows_done: Callable[[int], None] | None = None

@@ -1,8 +1,9 @@
 """GraphedDecoder: FusedDecoder's one-token step with static shapes, replayed as one CUDA graph.
 
 Why: on a GPU a small model's decode step is bound by kernel launches, not by the card. transformers'
-forward for a 135 M-shaped Llama (30 layers) launches ~1,200 kernels a token from Python, ~26 ms a step on
-an H200 for 64 rows, where the weights (0.27 GB in bf16) and the K/V stream in well under a millisecond.
+forward for a 135 M-shaped Llama (30 layers) launches ~1,200 kernels a token from Python: 26 ms a step on
+an H200 for 64 rows (measured once, issue 26), where the weights (0.27 GB in bf16) and the K/V stream in
+well under a millisecond.
 A CUDA graph records the step's ~500 kernels once and replays them with one launch.
 
 A graph replays fixed kernels on fixed memory, so the step may have no shape or Python value that
@@ -20,7 +21,9 @@ what the CPU tests compare with FusedDecoder.step.
 On a GPU the fused weights are made in the compute dtype (autocast's, when the trainer runs the rollout
 under `model.compute_dtype=bfloat16`; else the model's), and the step runs with autocast off, so the
 eager and the replayed step compute the same thing. benchmarks/rollout_gpu.py measures it against
-transformers' forward, FusedDecoder eager and `model.generate`.
+transformers' forward, FusedDecoder eager and `model.generate`; scripts/gpu_check.sh runs that and the CUDA
+tests. Not yet run on a GPU (none was lent since this was written), so the engine uses it only when asked
+(`rollout.decoder=graph`); the static step's maths is tested on a CPU against FusedDecoder and transformers.
 """
 
 from __future__ import annotations

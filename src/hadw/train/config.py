@@ -137,9 +137,10 @@ class RolloutConfig:
     # memory free when a rollout starts. Rows are split further when max_batch_size rows would not fit.
     memory_budget_gb: float | None = None
     # How the prompt and the tokens after it run: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU,
-    # where per-op overhead bounds speed; its static step as a CUDA graph on a GPU, where kernel launches do;
-    # transformers' forward elsewhere) | fused | graph | hf (transformers' forward). Same samples either way
-    # up to float rounding (log-probs agree to ~1e-6 in float32); benchmarks/roofline.py, rollout_gpu.py.
+    # where per-op overhead bounds speed; transformers' forward elsewhere) | fused | graph (the fused step with
+    # static shapes, one CUDA graph replay per token on a GPU, where kernel launches bound speed; opt-in, not
+    # yet measured on a GPU: benchmarks/rollout_gpu.py) | hf (transformers' forward). Same samples either way
+    # up to float rounding (log-probs agree to ~1e-6 in float32); benchmarks/roofline.py.
     decoder: str = "auto"
 
 
