@@ -312,6 +312,39 @@ def test_verifier_workers_die_with_their_parent(tmp_path):
     assert not alive
 
 
+def test_a_killed_compare_stops_its_worker_runs(tmp_path):
+    # `hadw compare --jobs 2` killed with SIGKILL once left both runs training on; now each worker gets the
+    # SIGTERM the trainer turns into a safe stop (here a sleeping worker, which SIGTERM simply ends).
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, time\n"
+        "from hadw.experiments.compare import run_all\n"
+        "def worker(spec):\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    time.sleep(1000)\n"
+        "if __name__ == '__main__':\n"
+        "    run_all([0, 1], jobs=2, worker=worker)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(parent.stdout.readline()) for _ in range(2)]
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(_alive, workers)):
+        time.sleep(0.1)
+    alive = [pid for pid in workers if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive
+
+
+def test_an_orphan_signals_itself():
+    # The parent died before the child asked for the signal: nothing else would ever send it.
+    code = "import signal, time\nfrom hadw.processes import die_with_parent\ndie_with_parent(1, signal.SIGTERM)\n"
+    proc = subprocess.run([sys.executable, "-c", code + "time.sleep(30)"], timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

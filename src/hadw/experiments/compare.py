@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import traceback
 from collections.abc import Callable, Sequence
@@ -198,12 +199,16 @@ def execute_run(spec: RunSpec) -> dict:
         }
 
 
-def _init_worker() -> None:
+def _init_worker(parent_pid: int) -> None:
     import os
+    import signal
+
+    from hadw.processes import die_with_parent
 
     # Runs share the cores; more threads per process only thrash. Set before the worker imports torch.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    die_with_parent(parent_pid, signal.SIGTERM)  # a killed `hadw compare` stops its runs at a safe point
 
 
 def run_all(
@@ -225,7 +230,8 @@ def run_all(
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+    context = mp.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(worker, spec) for spec in specs]
         for future in as_completed(futures):
             results.append(future.result())

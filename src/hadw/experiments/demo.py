@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import torch
 from hadw import metrics as M
 from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
 from hadw.experiments.plots import final_eval, plot_runs
+from hadw.processes import die_with_parent
 from hadw.train.config import load_config
 
 DEMO_TASK = TINY_TASK
@@ -120,10 +123,12 @@ def _format_sft(entry: dict) -> str:
     return f"  sft step {step:>5}  loss {loss:.3f}  accuracy {accuracy:.3f}  {levels}"
 
 
-def _train_arm(overrides: list[str]) -> None:
+def _train_arm(overrides: list[str], parent_pid: int) -> None:
     from transformers.utils import logging as hf_logging
 
     from hadw.train.trainer import Trainer
+
+    die_with_parent(parent_pid, signal.SIGTERM)  # a killed `hadw demo` stops its arms at a safe point
 
     hf_logging.disable_progress_bar()
     Trainer(load_config(None, overrides)).train(progress=False)
@@ -201,7 +206,10 @@ def run_demo(settings: DemoSettings) -> str:
     runs = {"GRPO": out / "grpo", "GRPO+HA-DW": out / "grpo_hadw"}
     ctx = mp.get_context("spawn")
     processes = [
-        ctx.Process(target=_train_arm, args=(rl_overrides(settings, model_dir, run_dir, hadw=name != "GRPO"),))
+        ctx.Process(
+            target=_train_arm,
+            args=(rl_overrides(settings, model_dir, run_dir, hadw=name != "GRPO"), os.getpid()),
+        )
         for name, run_dir in runs.items()
     ]
     for run_dir in runs.values():  # a fresh run each time: stale metrics would confuse the table

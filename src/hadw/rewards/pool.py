@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from hadw.processes import die_with_parent
+
 ItemFn = Callable[[str, str], float]
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
 
@@ -35,31 +37,6 @@ class Outcome:
     value: float = 0.0
     message: str = ""
     kind: str = ""  # status "error": how it failed (hadw.rewards.base.ERROR_KINDS)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a worker
-    stuck in a C-level computation (e.g. sympy on \\boxed{9^{9^{9^{9}}}}) never outlives a killed trainer.
-    Elsewhere, a watchdog thread exits when the parent is gone (it cannot interrupt C code)."""
-    import ctypes
-    import signal
-    import sys
-
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watchdog() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watchdog, daemon=True, name="hadw-parent-watchdog").start()
 
 
 def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None) -> None:

@@ -1,0 +1,47 @@
+"""Worker processes that end with their parent (a leaf: imports nothing from hadw).
+
+Why: a spawned child keeps running when its parent is killed (SIGKILL, a scheduler's SIGTERM, a closed ssh
+session). A reward worker stuck in C code (sympy on \\boxed{9^{9^{9^{9}}}}) would outlive a killed trainer;
+the RL arms of a killed `hadw demo` or the runs of a killed `hadw compare --jobs N` would go on holding the
+cores and race a re-run of the command for the same run folders. On Linux the kernel sends a child a
+signal of its choice when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a watchdog thread polls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
+    """Have this process receive `signum` when its parent (`parent_pid`, passed in by the parent) dies.
+
+    SIGKILL for a worker whose work can be dropped (a reward worker); SIGTERM for a trainer, which turns it
+    into a safe stop (finish the step, checkpoint, exit), so the killed command resumes where it stopped.
+    The kernel's signal (Linux) follows the thread that spawned the child: spawn from the main thread.
+    If the parent died before the request, nothing would ever signal this process: it signals itself.
+    """
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+        except (OSError, AttributeError):  # no prctl in this libc
+            pass
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signum)
+        return
+    if not armed:  # a poll instead; it cannot interrupt C code, but the signal's handler runs when it returns
+
+        def watchdog() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(1.0)
+            os.kill(os.getpid(), signum)
+
+        threading.Thread(target=watchdog, daemon=True, name="hadw-parent-watchdog").start()
