@@ -184,6 +184,19 @@ def test_tiny_example_is_the_demos_rl_recipe():
     assert [getattr(example.train, f) for f in fields] == [getattr(demo.train, f) for f in fields]
 
 
+def test_the_demos_warm_start_does_not_depend_on_the_machines_speed(tmp_path, monkeypatch):
+    # A 300 s wall-clock limit once cut SFT short on a busy machine: another warm start, another table.
+    from hadw.experiments import demo
+    from hadw.train import sft
+
+    clock = iter(range(0, 10**9, 1000))  # every reading 1000 s later: the slowest machine there is
+    monkeypatch.setattr(sft.time, "perf_counter", lambda: float(next(clock)))
+    lines = []
+    settings = demo.DemoSettings()
+    demo.warm_start(tmp_path, settings.sft_seconds, target=2.0, max_steps=3, log=lines.append)  # target unreachable
+    assert lines[-1].startswith("warm start: 3 SFT steps")
+
+
 def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
     cfg = load_config(
         None,

@@ -41,7 +41,9 @@ class DemoSettings:
     # mixed groups for RL to learn from.
     sft_target: float = TINY_WARM_START_ACCURACY
     sft_max_steps: int = 1500
-    sft_seconds: float = 300.0  # a safety net only: the step/accuracy criteria decide on a normal machine
+    # No wall-clock limit: a limit made a slow or busy machine stop SFT early, get another warm start and so
+    # another table (and cache it for the next demo). sft_max_steps bounds it (1500 steps: ~5 min on one core).
+    sft_seconds: float | None = None
     seed: int = 0
     eval_size: int = 300
     # Measured on this model (100 steps, 4 optimiser steps per batch): 1e-4 lifts the easiest level by 14-20
@@ -81,7 +83,7 @@ def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: 
 
 def warm_start(
     out_dir: Path,
-    seconds: float,
+    seconds: float | None,
     target: float,
     seed: int = 0,
     levels=None,
@@ -89,7 +91,9 @@ def warm_start(
     log=print,
     model_shape: dict | None = None,
 ) -> Path:
-    """Build the tiny model and SFT it (cached: an existing out_dir/model is reused). Returns its folder."""
+    """Build the tiny model and SFT it (cached: an existing out_dir/model is reused). Returns its folder.
+
+    seconds: a wall-clock limit (None: none; the demo's, so that its warm start is the same on any machine)."""
     from hadw.rollout import build_tiny_model, load_model
     from hadw.train.sft import SFTConfig, sft_warm_start
 
