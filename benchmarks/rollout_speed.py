@@ -59,6 +59,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from bench_report import add_report_option, report
 from torch.profiler import ProfilerActivity, profile
 
 from hadw.rollout import FusedDecoder, HFRolloutEngine, SamplingParams, build_tiny_model, load_model
@@ -158,7 +159,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
     ap.add_argument("--decoder", default="auto", choices=["auto", "fused", "hf"], help="HFRolloutEngine decoder")
+    add_report_option(ap)
     args = ap.parse_args()
+    with report(args.report, ap, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
