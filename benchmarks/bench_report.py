@@ -64,9 +64,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
 def _commit() -> str:
-    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    """HEAD, and whether the measured code differs from it (edits to the README or tests do not count)."""
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks/*.py")
+    return (_git("rev-parse", "--short", "HEAD") or "unknown") + (" + uncommitted code changes" if changed else "")
 
 
 def _versions() -> str:
