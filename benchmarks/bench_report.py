@@ -100,9 +100,7 @@ def _machine(before: tuple[float, ...], after: tuple[float, ...]) -> str:
     shown = lambda load: " / ".join(f"{x:.1f}" for x in load)
     text = f"{_cpu_name()}, {cores} CPUs; load average (1 / 5 / 15 min) {shown(before)} before, {shown(after)} after"
     if max(before[0], after[0]) > cores - 0.5:  # the run itself is one busy core
-        text += (
-            " (other jobs shared the cores: wall times swing; CPU times and side-by-side ratios are the stable figures)"
-        )
+        text += " (other jobs shared the cores: wall times swing; CPU times and side-by-side ratios hold)"
     return text
 
 
@@ -119,7 +117,8 @@ def report(path: Path | None, parser: argparse.ArgumentParser, args: argparse.Na
     with contextlib.redirect_stdout(tee):
         yield
     minutes = (datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60
-    title = " ".join((parser.description or "").split("\n\n")[0].split())  # the docstring's first paragraph
+    # The script's docstring, not the parser's description: some parsers keep only its first (wrapped) line.
+    title = " ".join((sys.modules["__main__"].__doc__ or parser.description or "").split("\n\n")[0].split())
     text = "\n".join(
         [
             f"# {Path(sys.argv[0]).name}: {title}",
