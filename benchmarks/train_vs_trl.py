@@ -47,7 +47,7 @@ from bench_models import MODELS
 from bench_report import add_report_option, report
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
-from trl_cpu import CPU_BEST, QUIET, describe
+from trl_cpu import CPU_BEST, QUIET, describe, silence
 
 from hadw.data import sample_problems
 from hadw.rewards import exact_item
@@ -136,7 +136,9 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
         **QUIET,
     )
     callbacks = [timer] if timer is not None else []
-    return GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
+    return silence(
+        GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
+    )
 
 
 def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:

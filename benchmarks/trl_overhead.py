@@ -28,7 +28,7 @@ import trl
 from bench_report import add_report_option, report
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
-from trl_cpu import CPU_BEST, QUIET, describe
+from trl_cpu import CPU_BEST, QUIET, describe, silence
 
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
 from hadw.rollout.models import build_tiny_model
@@ -66,7 +66,9 @@ def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: 
         **QUIET,
     )
     prompts = Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(4 * batch * steps)]})
-    trainer = trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
+    trainer = silence(
+        trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
+    )
     cpu, wall = time.process_time(), time.perf_counter()
     trainer.train()
     cpu, wall = (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
