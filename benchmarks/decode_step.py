@@ -13,6 +13,7 @@ token, plus attention).
 
     .venv/bin/python benchmarks/decode_step.py                      # qwen2.5-0.5b, 64 rows, 16 steps
     .venv/bin/python benchmarks/decode_step.py --shape 5.6M --steps 32
+    .venv/bin/python benchmarks/decode_step.py --report benchmarks/decode_step.md   # also keep it (bench_report.py)
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ bookkeeping), and a torch.profiler run splits our "rest".
     .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU, 1 thread
     .venv/bin/python benchmarks/rollout_speed.py --hidden 256 --layers 8 --heads 8 --kv-heads 4 \
         --intermediate 640                                            # the 5.6 M model of roofline.py
+    (--report FILE also keeps the output, with the command, versions and machine: bench_report.py)
 """
 
 from __future__ import annotations

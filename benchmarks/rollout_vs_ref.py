@@ -11,6 +11,7 @@ call (rows x new tokens, EOS ignored) is the same.
 
     .venv/bin/python benchmarks/rollout_vs_ref.py                 # against 0.2.0 as released, 5 pairs
     .venv/bin/python benchmarks/rollout_vs_ref.py --ref HEAD~3 --pairs 3
+    .venv/bin/python benchmarks/rollout_vs_ref.py --report benchmarks/rollout_vs_ref.md   # also keep it
 """
 
 from __future__ import annotations
