@@ -9,6 +9,7 @@
 Every measurement is timed in turns (a, b, a, b, ...) so machine load hits all alike, and reported as
 min / median / max over --repeats runs, in wall time and process CPU time.
 Usage: python benchmarks/core_overhead.py [--responses 1048576] [--group-size 8] [--repeats 11] [--threads 1]
+       [--report FILE]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tempfile
 import time
 
 import torch
+from bench_report import add_report_option, report
 from transformers.utils import logging as hf_logging
 
 from hadw.core import LOSS_PRESETS, apply_hadw, compute_advantages, make_anchor, policy_loss
@@ -89,7 +91,13 @@ def main() -> None:
     parser.add_argument("--step-responses", type=int, default=128, help="responses per training step (demo: 128)")
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable on a shared box)")
+    add_report_option(parser)
     args = parser.parse_args()
+    with report(args.report, parser, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     n, r = args.responses, args.repeats
     print(f"threads={torch.get_num_threads()}, {r} alternating runs; min / median / max")

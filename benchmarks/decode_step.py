@@ -13,6 +13,7 @@ token, plus attention).
 
     .venv/bin/python benchmarks/decode_step.py                      # qwen2.5-0.5b, 64 rows, 16 steps
     .venv/bin/python benchmarks/decode_step.py --shape 5.6M --steps 32
+    .venv/bin/python benchmarks/decode_step.py --report benchmarks/decode_step.md   # also keep it (bench_report.py)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 
 import torch
 from bench_models import MODELS
+from bench_report import add_report_option, report
 from roofline import matmul_peaks, model_flops_per_token, peak_probe, report_peaks
 from transformers import AutoModelForCausalLM, Qwen2Config
 
@@ -75,7 +77,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    add_report_option(ap)
     args = ap.parse_args()
+    with report(args.report, ap, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     config = Qwen2Config(tie_word_embeddings=True, max_position_embeddings=4096, **SHAPES[args.shape])

@@ -48,6 +48,7 @@ bookkeeping), and a torch.profiler run splits our "rest".
     .venv/bin/python benchmarks/rollout_speed.py                      # tiny model, CPU, 1 thread
     .venv/bin/python benchmarks/rollout_speed.py --hidden 256 --layers 8 --heads 8 --kv-heads 4 \
         --intermediate 640                                            # the 5.6 M model of roofline.py
+    (--report FILE also keeps the output, with the command, versions and machine: bench_report.py)
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from bench_report import add_report_option, report
 from torch.profiler import ProfilerActivity, profile
 
 from hadw.rollout import FusedDecoder, HFRolloutEngine, SamplingParams, build_tiny_model, load_model
@@ -158,7 +160,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
     ap.add_argument("--decoder", default="auto", choices=["auto", "fused", "hf"], help="HFRolloutEngine decoder")
+    add_report_option(ap)
     args = ap.parse_args()
+    with report(args.report, ap, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 

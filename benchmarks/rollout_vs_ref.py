@@ -11,6 +11,7 @@ call (rows x new tokens, EOS ignored) is the same.
 
     .venv/bin/python benchmarks/rollout_vs_ref.py                 # against 0.2.0 as released, 5 pairs
     .venv/bin/python benchmarks/rollout_vs_ref.py --ref HEAD~3 --pairs 3
+    .venv/bin/python benchmarks/rollout_vs_ref.py --report benchmarks/rollout_vs_ref.md   # also keep it
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import time
 from pathlib import Path
 
 from bench_models import MODELS
+from bench_report import add_report_option, report
 
 RELEASE_0_2_0 = "21c14f4"  # the commit 0.2.0 was cut from (CHANGELOG "0.2.0")
 SHAPES = [(128, 6, 16), (64, 64, 16), (64, 16, 128)]  # (rows = prompts x 8, new tokens, prompt tokens)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child() -> None:
+def child(models: list[str]) -> None:
     """Print {"model rows x new, prompt P": median CPU seconds per generate call} for the importable hadw."""
     import torch
     from transformers.utils import logging as hf_logging
@@ -45,7 +47,8 @@ def child() -> None:
     hf_logging.disable_progress_bar()
     torch.set_num_threads(1)
     out = {}
-    for name, shape in MODELS.items():
+    for name in models:
+        shape = MODELS[name]
         with tempfile.TemporaryDirectory() as tmp:
             model, tok = load_model(build_tiny_model(tmp, **shape), device="cpu")
         engine = HFRolloutEngine(model, tok)
@@ -62,10 +65,15 @@ def child() -> None:
     print(json.dumps(out))
 
 
-def run_child(src: Path) -> dict[str, float]:
+def run_child(src: Path, models: list[str]) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, check=True, cwd=src.parent
+        [sys.executable, __file__, "--child", "--models", *models],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=src.parent,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -74,10 +82,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", default=RELEASE_0_2_0, help="git revision to compare against (default: 0.2.0)")
     ap.add_argument("--pairs", type=int, default=5)
+    # Not 135M by default: its 49 k-row head makes a child run for many minutes (measure it on its own).
+    ap.add_argument("--models", nargs="+", default=["tiny", "5.6M"], choices=list(MODELS))
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_report_option(ap)
     args = ap.parse_args()
     if args.child:
-        return child()
+        return child(args.models)
+    with report(args.report, ap, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     print(f"this checkout ({head.stdout.strip()}, working tree) vs {args.ref}; {args.pairs} alternating pairs")
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,8 +102,8 @@ def main() -> None:
         try:
             results = {"ref": [], "this": []}
             for pair in range(args.pairs):
-                results["ref"].append(run_child(worktree / "src"))
-                results["this"].append(run_child(ROOT / "src"))
+                results["ref"].append(run_child(worktree / "src", args.models))
+                results["this"].append(run_child(ROOT / "src", args.models))
                 print(f"  pair {pair + 1}/{args.pairs} done", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)

@@ -12,7 +12,7 @@ full-grid time. The sample's estimates are checked against the exact values (wit
 The exact evaluation is timed --repeats times (min / median / max, wall and process CPU time); the
 Monte Carlo sample runs once (its cost is the sum of many independent draws), wall and CPU time.
 
-Run: .venv/bin/python benchmarks/theory_speed.py [--sample 40] [--seed 0] [--repeats 5]
+Run: .venv/bin/python benchmarks/theory_speed.py [--sample 40] [--seed 0] [--repeats 5] [--report FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import statistics
 import time
 
 import numpy as np
+from bench_report import add_report_option, report
 
 from hadw.theory import bias, expected_baseline, monte_carlo, p_nondegenerate, prob_misestimate
 
@@ -44,7 +45,13 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=40, help="grid points timed by Monte Carlo")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of the exact evaluation")
+    add_report_option(parser)
     args = parser.parse_args()
+    with report(args.report, parser, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
 
     p = (np.arange(1000) + 0.5) / 1000  # 0.0005 … 0.9995
     G = np.round(np.linspace(2, 1024, 1000))

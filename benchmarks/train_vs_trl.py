@@ -24,6 +24,7 @@ time is the median over its timed rollout batches (the first batch is warm-up); 
 median / max over runs, wall and process CPU time, and the speed-up of each side-by-side pair.
 
     .venv/bin/python benchmarks/train_vs_trl.py [--repeats 5] [--batches 5] [--threads 1] [--model-shape 135M]
+        [--report FILE]
 
 --model-shape 135M runs both sides on SmolLM2-135M's shapes (random weights, a 49 152-row vocabulary:
 bench_models.py), where the vocabulary head and its log-softmax are a large part of every forward.
@@ -43,9 +44,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 from bench_models import MODELS
+from bench_report import add_report_option, report
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
-from trl_cpu import CPU_BEST, QUIET, describe
+from trl_cpu import CPU_BEST, QUIET, describe, silence
 
 from hadw.data import sample_problems
 from hadw.rewards import exact_item
@@ -134,7 +136,9 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
         **QUIET,
     )
     callbacks = [timer] if timer is not None else []
-    return GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
+    return silence(
+        GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data, callbacks=callbacks)
+    )
 
 
 def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
@@ -199,7 +203,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model-shape", choices=sorted(MODELS), default="tiny", help="bench_models.MODELS name")
     parser.add_argument("--profile", action="store_true", help="profile one hadw rollout batch only")
+    add_report_option(parser)
     opts = parser.parse_args()
+    with report(opts.report, parser, opts):
+        measure(opts)
+
+
+def measure(opts: argparse.Namespace) -> None:
     torch.set_num_threads(opts.threads)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

@@ -20,3 +20,12 @@ def describe(trainer) -> str:
         f"accelerator.mixed_precision={trainer.accelerator.mixed_precision}, use_cpu={a.use_cpu}, "
         f"model dtype={trainer.model.dtype}"
     )
+
+
+def silence(trainer):
+    """Drop the callback that prints every log dict to stdout (TRL's `disable_tqdm=True` swaps the progress bar
+    for it): a benchmark's report holds the benchmark's own lines. Both sides of a race lose the same prints."""
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer

@@ -8,7 +8,7 @@ the overhead ratio. Reported:
     CPU time of `train()` (robust to other jobs on a shared box) and in wall time   [target ≤ 1.05]
   - direct: time inside the adapter's own work (_hadw_rescale: gather, Φ, anchor, logs) / step time
 
-    .venv/bin/python benchmarks/trl_overhead.py [--repeats 5] [--steps 4] [--batch 16] [--completion 16]
+    .venv/bin/python benchmarks/trl_overhead.py [--repeats 5] [--steps 4] [--batch 16] [--completion 16] [--report FILE]
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 import trl
+from bench_report import add_report_option, report
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
-from trl_cpu import CPU_BEST, QUIET, describe
+from trl_cpu import CPU_BEST, QUIET, describe, silence
 
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
 from hadw.rollout.models import build_tiny_model
@@ -65,7 +66,9 @@ def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: 
         **QUIET,
     )
     prompts = Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(4 * batch * steps)]})
-    trainer = trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
+    trainer = silence(
+        trainer_cls(model=str(model_dir), reward_funcs=[correct, brevity], args=args, train_dataset=prompts)
+    )
     cpu, wall = time.process_time(), time.perf_counter()
     trainer.train()
     cpu, wall = (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
@@ -82,7 +85,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="completions per step (groups of 4)")
     parser.add_argument("--completion", type=int, default=16, help="max_completion_length")
     parser.add_argument("--threads", type=int, default=1)
+    add_report_option(parser)
     opts = parser.parse_args()
+    with report(opts.report, parser, opts):
+        measure(opts)
+
+
+def measure(opts: argparse.Namespace) -> None:
     torch.set_num_threads(opts.threads)
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,12 +1,15 @@
 """The README quotes measured figures from the files the scripts write, so one recipe cannot show two values.
 
-benchmarks/demo_results.md is `hadw demo`'s output, benchmarks/real_model_rl.md is real_model_rl.py's report:
-the README's copies of their figures must be the files' own.
+benchmarks/demo_results.md is `hadw demo`'s output, benchmarks/real_model_rl.md is real_model_rl.py's report,
+and each speed benchmark's `--report FILE` (benchmarks/bench_report.py) keeps what it printed: the README's
+copies of their figures must be the files' own.
 """
 
 from __future__ import annotations
 
 import re
+
+import pytest
 
 from tests.conftest import REPO_ROOT
 
@@ -38,15 +41,178 @@ def test_the_real_model_figures_are_the_reports():
     assert f"held-out greedy accuracy {before} → {grpo} (GRPO) and {hadw} (GRPO+HA-DW)" in PROSE
 
 
-def test_the_135m_trl_ratios_are_the_benchmarks_output():
-    output = (REPO_ROOT / "benchmarks" / "train_vs_trl_135m.md").read_text(encoding="utf-8")
-    cpu = re.findall(r"by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", output)
-    (n_lo, n_med, n_hi), (e_lo, e_med, e_hi) = [[f"{float(v):.2f}" for v in row] for row in cpu]
-    assert f"natural ×{n_med} [{n_lo}–{n_hi}], equal work ×{e_med} [{e_lo}–{e_hi}] by CPU time" in PROSE
-
-
 def test_the_135m_memory_figures_are_the_benchmarks_output():
     output = (REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8")
     hadw, trl = re.findall(r"peak RSS [\d.]+ / ([\d.]+) / [\d.]+ GiB", output)
     lo, med, hi = re.search(r"paired by repeat\): ([\d.]+) / ([\d.]+) / ([\d.]+)", output).groups()
     assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in PROSE and f"ratio ×{med} [{lo}–{hi}]" in PROSE
+
+
+# ---------------------------------------------------------------- the "Benchmarks" table: one report per figure
+# Each benchmark's `--report FILE` (benchmarks/bench_report.py) keeps its printed output in a ```text block; the
+# phrases below are built from that output, so a README figure that is not the report's own fails here.
+
+
+def _output(report: str) -> str:
+    text = (REPO_ROOT / "benchmarks" / report).read_text(encoding="utf-8")
+    return re.search(r"```(?:text)?\n(.*?)\n```", text, re.S).group(1)
+
+
+def _numbers(output: str, label: str) -> list[str]:
+    """The numbers, as printed, after `label` (a regex) on the first output line that starts with it."""
+    for line in output.splitlines():
+        if match := re.match(r"\s*" + label, line):
+            return re.findall(r"\d+(?:\.\d+)?(?:e[+-]\d+)?", line[match.end() :])
+    raise AssertionError(f"no line starting with {label!r}")
+
+
+def _mmm(lo: str, med: str, hi: str) -> str:
+    return f"{med} [{lo}–{hi}]"
+
+
+def _power(printed: str) -> str:
+    """1.234e+04 -> 1.234·10⁴, as the README writes it."""
+    mantissa, exponent = printed.split("e")
+    return f"{mantissa}·10" + str(int(exponent)).translate(str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻"))
+
+
+def _theory_speed(out: str) -> str:
+    cpu = _numbers(out, r"exact, bias \+ prob_misestimate \(medians\): wall")[1]
+    runs = _numbers(out, r"exact bias")[0]
+    sample, *_ = _numbers(out, r"Monte Carlo on")
+    hours = _numbers(out, r"Monte Carlo, extrapolated to the full grid:")[-1]
+    ratio = re.search(r"ratio Monte Carlo / exact: wall \S+, CPU (\S+)", out).group(1)
+    return (
+        f"exact {cpu} s of CPU time (bias + probability, medians of {runs} runs); Monte Carlo at SE 1e-3 "
+        f"≈ {_power(ratio)}× slower by CPU time ({hours} h, extrapolated from {sample} grid points)"
+    )
+
+
+def _core_overhead(out: str) -> str:
+    plain, hadw = _numbers(out, r"GRPO advantages\s+wall")[4], _numbers(out, r"GRPO advantages \+ HA-DW\s+wall")[4]
+    ratio = _numbers(out, r"ratio HA-DW / plain \(CPU, per pair\)")[:3]
+    both, alone, _ = _numbers(out, r"share of a step \(CPU medians\):")
+    return (
+        f"{plain} → {hadw} ns per response (CPU medians), ×{_mmm(*ratio)} per pair (target ≤ 1.30); advantages + "
+        f"HA-DW {both} % of a tiny-model optimiser step (128 responses), HA-DW alone {alone} %"
+    )
+
+
+def _roofline_decode(out: str) -> str:
+    parts = []
+    for model, name in (("tiny", "tiny"), (r"5\.6M", "5.6 M")):
+        hf, fused = (_numbers(out, rf"{model}\s+decode {d}\s")[9:12] for d in ("hf", "fused"))
+        ratio = _numbers(out, rf"{model}\s+fused / hf tokens per CPU-second, round by round:")[:3]
+        parts.append(f"{name} {_mmm(*hf)} → {_mmm(*fused)} % (×{_mmm(*ratio)} per round)")
+    return ", ".join(parts)
+
+
+def _roofline(out: str) -> str:
+    onednn = _numbers(out, r"fp32 matmul, 1 thread\s+onednn n=\d+\s+GFLOP/s")[3:6]
+    mkl = _numbers(out, r"fp32 matmul, 1 thread\s+mkl\s+n=\d+\s+GFLOP/s")[3:6]
+    copy = _numbers(out, r"memory copy, 1 thread\s+GB/s")[3:6]
+    train = [_mmm(*_numbers(out, rf"{m}\s+train step")[9:12]) for m in ("tiny", r"5\.6M")]
+    return (
+        f"peak {_mmm(*onednn)} GFLOP/s per core (oneDNN's packed linear, 1 thread; `torch.mm` {_mmm(*mkl)}), copy "
+        f"{_mmm(*copy)} GB/s; decode, 64 rows × 64 new tokens, `hf` → `fused`, % of the round's peak: "
+        f"{_roofline_decode(out)}; training step {train[0]} % (tiny), {train[1]} % (5.6 M)"
+    )
+
+
+def _roofline_demo_shape(out: str) -> str:
+    return f"in the demo's rollout shape (128 rows × 6 new tokens): {_roofline_decode(out)}"
+
+
+def _rollout_speed(out: str) -> str:
+    ratio = _numbers(out, r"ratio HFRolloutEngine / generate by CPU\s+\(per pair\)")
+    ours, theirs = (_numbers(out, rf"{side}\s+by wall")[4] for side in ("HFRolloutEngine", r"model\.generate"))
+    return f"×{_mmm(*ratio)} ({ours} vs {theirs} tokens per CPU-second"
+
+
+def _rollout_split(outs: list[str]) -> str:
+    shares = [_numbers(out, r"rollout/forward by op:") for out in outs]
+    parts = ("projections", "attention", "other")
+    return ", ".join(f"{part} {' % / '.join(s[i] for s in shares)} %" for i, part in enumerate(parts))
+
+
+def _trl_overhead(out: str) -> str:
+    ratio = _numbers(out, r"ratio \(CPU time\)")[:3]
+    share = _numbers(out, r"adapter's own work")[-1]
+    return f"×{_mmm(*ratio)} per step by CPU time (target ≤ 1.05); the adapter's own work is {100 * float(share):.2f} %"
+
+
+def _train_vs_trl(out: str) -> str:
+    cpu = re.findall(r"speed-up hadw/TRL .* by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", out)
+    (n_lo, n_med, n_hi), (e_lo, e_med, e_hi) = [[f"{float(v):.2f}" for v in row] for row in cpu]
+    return f"natural ×{n_med} [{n_lo}–{n_hi}], equal work ×{e_med} [{e_lo}–{e_hi}] by CPU time"
+
+
+def _decode_step(out: str) -> str:
+    shape, rows, prompt, steps = re.search(
+        r"; (\S+): \d+ M params, (\d+) rows, prompt (\d+), (\d+) steps", out
+    ).groups()
+    mkl, onednn = _numbers(out, r"MKL F\.linear"), _numbers(out, r"oneDNN packed")
+    # per variant: ms/step, tokens/s, % of the round's peak, speed-up over MKL, build s, prefill s (3 each)
+    setting = f"{rows} rows, prompt {prompt}, {steps} steps"
+    if shape == "5.6M":
+        return f"5.6 M, {setting}: ×{_mmm(*onednn[9:12])} per step, {mkl[7]} → {onednn[7]} % of the peak"
+    return (
+        f"Qwen2.5-0.5B shapes, {setting}, 1 thread: {_mmm(*mkl[3:6])} → {_mmm(*onednn[3:6])} tokens/s, "
+        f"×{_mmm(*onednn[9:12])} per step, i.e. {_mmm(*mkl[6:9])} → {_mmm(*onednn[6:9])} % of the matmul peak timed "
+        f"in the same round (the step alone); building the decoder {mkl[13]} → {onednn[13]} s (packing), prefill "
+        f"{mkl[16]} → {onednn[16]} s"
+    )
+
+
+def _rollout_vs_ref(out: str) -> str:
+    pairs = re.search(r"; (\d+) alternating pairs", out).group(1)
+    ratio = lambda model, shape: "×" + _mmm(*_numbers(out, rf"{model} {shape}, prompt \d+\s+x")[:3])
+    shapes = ("64x64", "128x6", "64x16")
+    tiny, big = ([ratio(m, s) for s in shapes] for m in ("tiny", r"5\.6M"))
+    return (
+        f"vs 0.2.0, {pairs} pairs: tiny {tiny[0]} at 64 rows × 64 new tokens, {tiny[1]} at 128 × 6 (the demo's), "
+        f"{tiny[2]} at 64 × 16 with 128-token prompts; 5.6 M {big[0]}, {big[1]}, {big[2]}"
+    )
+
+
+BENCHMARK_FIGURES = {  # report -> the README's phrase, built from the report's output
+    "theory_speed.md": _theory_speed,
+    "core_overhead.md": _core_overhead,
+    "roofline.md": _roofline,
+    "roofline_demo_shape.md": _roofline_demo_shape,
+    "rollout_speed_tiny.md": lambda out: "tiny " + _rollout_speed(out),
+    "rollout_speed_5.6m.md": lambda out: "5.6 M " + _rollout_speed(out),
+    "trl_overhead.md": _trl_overhead,
+    "train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
+    "train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
+    "decode_step.md": _decode_step,
+    "decode_step_5.6m.md": _decode_step,
+    "rollout_vs_ref.md": _rollout_vs_ref,
+}
+
+
+@pytest.mark.parametrize("report", sorted(BENCHMARK_FIGURES))
+def test_the_benchmark_figures_are_the_reports(report: str):
+    phrase = BENCHMARK_FIGURES[report](_output(report))
+    assert phrase in PROSE, f"the README should quote {report}: {phrase}"
+    assert f"(benchmarks/{report})" in README, f"the README should link benchmarks/{report}"
+
+
+def test_the_decode_split_is_the_rollout_speed_reports():
+    outs = [_output(f"rollout_speed_{m}.md") for m in ("tiny", "5.6m")]
+    assert f"fused steps (profiler): {_rollout_split(outs)} (tiny / 5.6 M)" in PROSE
+
+
+def test_every_benchmark_report_is_checked():
+    # A new report whose figures the README quotes unchecked would bring back hand-copied numbers.
+    written = {p.name for p in (REPO_ROOT / "benchmarks").glob("*.md") if "Output, as printed:" in p.read_text()}
+    assert written <= set(BENCHMARK_FIGURES), sorted(written - set(BENCHMARK_FIGURES))
+
+
+def test_every_benchmarks_row_links_its_file():
+    # A row without a file is a figure from a terminal, which no test can hold to anything.
+    section = README.split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    rows = _table(section).splitlines()[2:]  # past the header and its rule
+    assert rows and all("](benchmarks/" in row or "](docs/" in row for row in rows), [
+        row.split(" | ")[0] for row in rows if "](benchmarks/" not in row and "](docs/" not in row
+    ]
