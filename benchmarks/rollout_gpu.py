@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import platform
 import statistics
 import sys
@@ -37,6 +36,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import MODELS
+from bench_report import add_report_option, report
 
 from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, load_model
 
@@ -66,11 +66,16 @@ def main() -> None:
         "--dtype", default="mixed", choices=["mixed", "bfloat16"], help="mixed: fp32 weights, autocast bf16"
     )
     ap.add_argument("--contenders", default="hf,fused,graph,generate,generate-static")
-    ap.add_argument("--report", type=Path, default=None, help="also write the table as markdown here")
+    add_report_option(ap)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only (graph runs eagerly)")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("rollout_gpu.py: needs a CUDA GPU (or --device cpu for a smoke test)")
+    with report(args.report, ap, args):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_model(tmp, **MODELS[args.model])
@@ -154,15 +159,6 @@ def main() -> None:
         )
     table = "\n".join(lines)
     print(table)
-    if args.report:
-        args.report.write_text(
-            "# GPU rollout throughput (benchmarks/rollout_gpu.py)\n\n"
-            f"Command: `python benchmarks/rollout_gpu.py {' '.join(sys.argv[1:])}`; "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPU cores.\n\n"
-            f"{header}. {args.rounds} rounds, contenders alternating; tokens/s = rows x new tokens / wall time "
-            "of the whole call (prefill included).\n\n" + table + "\n",
-            encoding="utf-8",
-        )
 
 
 if __name__ == "__main__":
