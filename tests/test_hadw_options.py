@@ -44,7 +44,8 @@ def test_trl_defaults_are_the_anchors_defaults():
 
 def test_kalman_default_tracks_a_rising_accuracy():
     """Issue 14: accuracy rising 0.30 → 0.86 over 90 batches (m = 10). The paper's rule as printed (eta_min=0)
-    freezes near 0.33; the default floor keeps the anchor within 0.05 on average after the warm-up."""
+    freezes near 0.33; the default floor keeps the anchor within 0.03 on average after the warm-up, as the
+    window does (the figures docs/method.md and the README quote)."""
     y = np.linspace(0.30, 0.86, 90)
 
     def track(anchor):
@@ -52,7 +53,7 @@ def test_kalman_default_tracks_a_rising_accuracy():
         return used[-1], np.abs(used[10:] - y[10:]).mean()
 
     end, error = track(make_anchor("kalman", m=10))
-    assert error <= 0.05 and end > 0.8
+    assert error == pytest.approx(0.032, abs=0.003) and end > 0.8
     frozen_end, frozen_error = track(make_anchor("kalman", m=10, eta_min=0.0))
     assert frozen_end == pytest.approx(0.332, abs=0.01) and frozen_error > 0.25
     _, window_error = track(make_anchor("window", k=10))

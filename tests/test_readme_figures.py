@@ -216,3 +216,46 @@ def test_every_benchmarks_row_links_its_file():
     assert rows and all("](benchmarks/" in row or "](docs/" in row for row in rows), [
         row.split(" | ")[0] for row in rows if "](benchmarks/" not in row and "](docs/" not in row
     ]
+
+
+# A README passage (a paragraph, a list item or a table row) that links a results file, and the decimal
+# figures in it. Integers are counts and settings (20 seeds, 200 steps, levels 2-4), not measurements.
+_LINK = re.compile(r"\]\(((?:benchmarks|docs)/[\w./-]+\.md)\)")
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?!\.\d)")  # not a version (0.2.0)
+
+
+def _passages(text: str) -> list[str]:
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.splitlines()
+        if lines and lines[0].startswith("|"):
+            out += lines
+        else:  # a list item starts a new passage
+            out += [p for p in re.split(r"\n(?=\s*[-*] |\s*\d+\. )", block) if p.strip()]
+    return out
+
+
+def _plain(text: str) -> str:
+    """Figures as the files spell them, without typography: − to -, no thousands separators."""
+    return text.replace("−", "-").replace(",", "").replace("\u2009", "")
+
+
+def _quoted_from(figure: str, numbers: set[float]) -> bool:
+    """Whether `figure` (as the README prints it) is one of `numbers` rounded to its decimals, or as a percentage."""
+    decimals = len(figure.split(".")[1])
+    return any(f"{x:.{decimals}f}" == figure or f"{100 * x:.{decimals}f}" == figure for x in numbers)
+
+
+def test_every_figure_beside_a_results_link_is_in_a_linked_file():
+    # The README once quoted the demo's accuracies in a passage that linked another study, and a kalman anchor
+    # figure (0.30 → 0.86) that docs/method.md gave as 0.30 → 0.83: a figure next to a link is read as that file's.
+    missing = []
+    for passage in _passages(README):
+        files = [REPO_ROOT / f for f in _LINK.findall(passage)]
+        if not files:
+            continue
+        linked = _plain(" ".join(f.read_text(encoding="utf-8") for f in files if f.is_file()))
+        numbers = {float(x) for x in re.findall(r"\d+\.\d+", linked)}
+        figures = _FIGURE.findall(_plain(passage))
+        missing += [(figure, passage[:60]) for figure in figures if not _quoted_from(figure, numbers)]
+    assert not missing, missing
