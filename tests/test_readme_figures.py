@@ -50,3 +50,12 @@ def test_the_135m_memory_figures_are_the_benchmarks_output():
     hadw, trl = re.findall(r"peak RSS [\d.]+ / ([\d.]+) / [\d.]+ GiB", output)
     lo, med, hi = re.search(r"paired by repeat\): ([\d.]+) / ([\d.]+) / ([\d.]+)", output).groups()
     assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in PROSE and f"ratio ×{med} [{lo}–{hi}]" in PROSE
+
+
+def test_the_g4_check_figure_is_the_measured_table():
+    # "Does HA-DW help?" quotes the pre-registered G = 4 check of benchmarks/sim_vs_trainer.md
+    text = (REPO_ROOT / "benchmarks" / "sim_vs_trainer.md").read_text(encoding="utf-8")
+    section = text.split("## Check of the fix on an uncalibrated setting", 1)[1]
+    measured = re.search(r"\*\*all \(primary\)\*\* \|[^\n]*\| \*\*(−[\d.]+ \[−[\d.]+, −[\d.]+\])\*\* \|", section)
+    assert measured, "the measured table of the G = 4 check"
+    assert f"HA-DW − GRPO at **{measured.group(1)}**" in PROSE
