@@ -7,6 +7,7 @@ step cap, then `rl_overrides`: tiny Qwen2, `sums` levels 2–4, G = 8, 16 prompt
 run dir made with another recipe is refused and left out).
 
 Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 200] [--arms grpo,hadw,hadw_per_level] [--jobs 2]
+                                        [--set rollout.group_size=4 ...]
 (arms: ARMS below; benchmarks/sim_vs_trainer.md runs grpo, grpo_scale, hadw, hadw_norm and their sgd_ twins)
 Runs are ordered seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short stays paired.
 """
@@ -67,6 +68,25 @@ def base_overrides(model_dir: Path, steps: int, eval_size: int) -> list[str]:
     settings = DemoSettings(steps=steps, eval_size=eval_size)
     recipe = rl_overrides(settings, model_dir, Path("unused"), hadw=False)
     return [o for o in recipe if not o.startswith(SET_BY_COMPARE + SET_HERE)] + ["logging.sample_every=0"]
+
+
+def with_sets(overrides: list[str], sets: list[str]) -> list[str]:
+    """The recipe with each `--set KEY=VALUE` in place of the recipe's own KEY (appended when the recipe has none):
+    one study on a variant of the recipe (e.g. another G) without a second recipe to keep in step. The keys that
+    differ per run or per arm are refused: an override of those would silently unpair the study."""
+    out = list(overrides)
+    for item in sets:
+        key, sep, _ = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set wants KEY=VALUE, got {item!r}")
+        if (key + "=").startswith(SET_BY_COMPARE + SET_HERE):
+            raise ValueError(f"--set {key}: set per run or per arm, not by the study")
+        at = [i for i, o in enumerate(out) if o.partition("=")[0] == key]
+        if at:
+            out[at[0]] = item
+        else:
+            out.append(item)
+    return out
 
 
 def level_text(task: str, levels: list[int]) -> str:
@@ -159,6 +179,13 @@ def main() -> None:
     parser.add_argument(
         "--sft-seconds", type=float, default=900.0, help="safety net only (the demo's 300 s is too short on busy cores)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="trainer override on top of the recipe, e.g. rollout.group_size=4 (repeat); a new --out per variant",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/hadw_effect"))
     parser.add_argument("--report", type=Path, default=Path("benchmarks/hadw_effect.md"))
     args = parser.parse_args()
@@ -171,7 +198,7 @@ def main() -> None:
     start = time.perf_counter()
 
     model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0, max_steps=args.sft_max_steps)
-    overrides = base_overrides(model_dir, args.steps, args.eval_size)
+    overrides = with_sets(base_overrides(model_dir, args.steps, args.eval_size), args.set)
     specs = cmp.plan_runs(None, arms, seeds, args.out, overrides)
     order = {a.name: i for i, a in enumerate(arms)}
     specs.sort(key=lambda spec: (spec.seed, order[spec.arm]))  # seed-major: a partial study stays paired

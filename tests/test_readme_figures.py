@@ -259,3 +259,12 @@ def test_every_figure_beside_a_results_link_is_in_a_linked_file():
         figures = _FIGURE.findall(_plain(passage))
         missing += [(figure, passage[:60]) for figure in figures if not _quoted_from(figure, numbers)]
     assert not missing, missing
+
+
+def test_the_g4_check_figure_is_the_measured_table():
+    # "Does HA-DW help?" quotes the pre-registered G = 4 check of benchmarks/sim_vs_trainer.md
+    text = (REPO_ROOT / "benchmarks" / "sim_vs_trainer.md").read_text(encoding="utf-8")
+    section = text.split("## Check of the fix on an uncalibrated setting", 1)[1]
+    measured = re.search(r"\*\*all \(primary\)\*\* \|[^\n]*\| \*\*(−[\d.]+ \[−[\d.]+, −[\d.]+\])\*\* \|", section)
+    assert measured, "the measured table of the G = 4 check"
+    assert f"HA-DW − GRPO at **{measured.group(1)}**" in PROSE

@@ -140,6 +140,12 @@ def test_cli_writes_plot_and_json_and_rejects_bad_input(tmp_path):
     assert isinstance(data["summary"]["hadw"]["all"]["final"]["mean"], float)  # the layout users read
     assert data["summary"]["hadw"]["all"]["seeds_needed"] is None or data["summary"]["hadw"]["all"]["seeds_needed"] >= 2
     assert data["settings"]["model"] == "softmax" and data["settings"]["optimizer"] == "adamw"
+    assert data["caveat"] is None and "Caveat" not in result.output  # AdamW: checked, no SGD caveat
+    sgd = runner.invoke(build_app(), [*args, "--optimizer", "sgd", "--grad-clip", "0"])
+    assert sgd.exit_code == 0, sgd.output
+    # SGD: the failed pre-registered check and the missing stability edge, in the output and in the JSON
+    assert "Caveat" in sgd.output and "stability edge" in " ".join(sgd.output.split())
+    assert "-0.089" in json.loads(js.read_text())["caveat"]
     bad = runner.invoke(build_app(), ["sim", "--arms", "grpo,nope", "--steps", "1"])
     assert bad.exit_code == 2 and "allowed arms" in bad.output
     bad = runner.invoke(build_app(), ["sim", "--anchor", "nope", "--steps", "1", "--seeds", "0"])

@@ -145,7 +145,7 @@ def sim(
 
     from hadw.progress import Bar
     from hadw.sim.engine import ARMS, SimSettings, simulate
-    from hadw.sim.report import plot, rich_table, to_json
+    from hadw.sim.report import caveat, plot, rich_table, to_json
 
     _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam, lr, level_prompts, anchor)
     arm_list = [a for a in arms.replace(" ", "").split(",") if a]
@@ -193,6 +193,8 @@ def sim(
         raise SimInputError(f"hadw sim: {err}") from None
     console = Console()
     console.print(rich_table(result, paired_sd=paired_sd))
+    if note := caveat(result):
+        console.print(f"[bold yellow]Caveat:[/] {note}")
     png = plot(result, plot_path)
     console.print(f"{time.perf_counter() - start:.1f} s; curves: {png}")
     if json_path == "-":

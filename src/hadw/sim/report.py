@@ -12,6 +12,22 @@ from hadw.experiments.stats import interval, paired_difference, seeds_needed
 from hadw.plotting import COLORS, save, subplots
 from hadw.sim.engine import TINY_PAIRED_SD, SimResult
 
+# Printed with every SGD prediction (and written to --json): the pre-registered check on the tiny model found the
+# sim's SGD predictions wrong in sign near the model's stability edge, which the sim cannot represent.
+SGD_CAVEAT = (
+    "SGD predictions failed their pre-registered check on the tiny model (benchmarks/sim_vs_trainer.md, sums 2-4, "
+    "lr 0.01 without clip): HA-DW - GRPO was predicted +0.047 and measured -0.089 [-0.191, +0.012] over 10 seeds, "
+    "with 1 of 10 GRPO and 3 of 10 HA-DW runs collapsing. The sim has no instability or collapse (its learning "
+    "rises with the step size), so under SGD it is not a prediction for step sizes near a model's stability edge: "
+    "trust it only where a GRPO pilot at a larger learning rate does better, not worse."
+)
+
+
+def caveat(result: SimResult) -> str | None:
+    """What the user must read beside these predictions: the SGD caveat for plain SGD (and the SGD logit model)."""
+    s = result.settings
+    return SGD_CAVEAT if s.model == "logit" or s.optimizer == "sgd" else None
+
 
 def bucket_names(result: SimResult) -> list[str]:
     """L1..Ln, then all (the last column of every curve)."""
@@ -54,6 +70,7 @@ def to_json(result: SimResult, confidence: float = 0.95, paired_sd: float = TINY
         "steps": result.steps.tolist(),
         "paired_sd": paired_sd,
         "summary": summary(result, confidence, paired_sd),
+        "caveat": caveat(result),
         "mean_curves": {arm: c.mean(axis=1).round(5).tolist() for arm, c in result.curves.items()},
     }
 
