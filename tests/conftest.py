@@ -19,6 +19,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
 
 # Outcome of each case of the bad-input matrix (tests/test_bad_inputs.py), summarised after the run.
+# The smallest real `hadw compare` recipe (a 1-layer 32-wide model, 2 prompts × 2 responses a step, 4 eval prompts,
+# a checkpoint after every step); tests add train.steps. test_compare and test_launchers run it.
+TINY_COMPARE_RECIPE = [
+    "data.source=task:addition",
+    "data.levels=[1]",
+    "data.eval_size=4",
+    "data.chat_template=never",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=3",
+    "train.prompts_per_step=2",
+    "train.mini_batch_prompts=2",
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_layers=1",
+    "model.tiny.intermediate_size=64",
+    "logging.sample_every=0",
+    "checkpoint.every=1",
+]
+
 BAD_INPUT_OUTCOMES = pytest.StashKey[dict]()
 OUTCOME_ORDER = ("one-line", "accepted", "traceback", "silent", "hang", "other")
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from hadw.cli import build_app
 from hadw.experiments import compare as cmp
 from hadw.experiments.stats import bootstrap_interval, interval, paired_difference, t_interval
+from tests.conftest import TINY_COMPARE_RECIPE
 
 SAMPLE = [0.61, 0.58, 0.66, 0.63, 0.59]
 
@@ -223,22 +224,7 @@ def test_run_status_and_reuse_and_config_mismatch(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- a real tiny run
-TINY = [
-    "data.source=task:addition",
-    "data.levels=[1]",
-    "data.eval_size=4",
-    "data.chat_template=never",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=3",
-    "train.steps=2",
-    "train.prompts_per_step=2",
-    "train.mini_batch_prompts=2",
-    "model.tiny.hidden_size=32",
-    "model.tiny.num_layers=1",
-    "model.tiny.intermediate_size=64",
-    "logging.sample_every=0",
-    "checkpoint.every=1",
-]
+TINY = [*TINY_COMPARE_RECIPE, "train.steps=2"]
 
 
 @pytest.mark.slow

@@ -25,24 +25,10 @@ from typer.testing import CliRunner
 
 from hadw.cli import build_app
 from hadw.experiments import launchers as L
+from tests.conftest import TINY_COMPARE_RECIPE
 
 REPO = Path(__file__).resolve().parents[1]
-# tests/test_compare.py's tiny recipe (a 1-layer 32-wide model, 2 prompts × 2 responses a step, 4 eval prompts).
-TINY = [
-    "data.source=task:addition",
-    "data.levels=[1]",
-    "data.eval_size=4",
-    "data.chat_template=never",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=3",
-    "train.prompts_per_step=2",
-    "train.mini_batch_prompts=2",
-    "model.tiny.hidden_size=32",
-    "model.tiny.num_layers=1",
-    "model.tiny.intermediate_size=64",
-    "logging.sample_every=0",
-    "checkpoint.every=1",
-]
+TINY = TINY_COMPARE_RECIPE
 ARMS = ["--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1"]
 # 8 steps with a checkpoint after each: a run trains for a few seconds, long enough to interrupt it mid-way.
 RECIPE = [x for o in [*TINY, "train.steps=8"] for x in ("--set", o)]
