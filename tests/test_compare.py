@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from hadw.cli import build_app
 from hadw.experiments import compare as cmp
 from hadw.experiments.stats import bootstrap_interval, interval, paired_difference, t_interval
-from tests.conftest import TINY_COMPARE_RECIPE
 
 SAMPLE = [0.61, 0.58, 0.66, 0.63, 0.59]
 
@@ -224,7 +223,12 @@ def test_run_status_and_reuse_and_config_mismatch(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- a real tiny run
-TINY = [*TINY_COMPARE_RECIPE, "train.steps=2"]
+def tiny_recipe() -> list[str]:
+    """conftest's tiny compare recipe, 2 steps. Imported here, not at the top: run_all's spawned workers import
+    this module (for pid_worker), and `tests` is no package on their path."""
+    from tests.conftest import TINY_COMPARE_RECIPE
+
+    return [*TINY_COMPARE_RECIPE, "train.steps=2"]
 
 
 @pytest.mark.slow
@@ -240,7 +244,7 @@ def test_compare_trains_reuses_and_resumes_a_tiny_run(tmp_path):
         "0",
         "--smooth",
         "1",
-        *[x for o in TINY for x in ("--set", o)],
+        *[x for o in tiny_recipe() for x in ("--set", o)],
     ]
     first = CliRunner().invoke(build_app(), base)
     assert first.exit_code == 0, first.output
@@ -257,7 +261,7 @@ def test_compare_trains_reuses_and_resumes_a_tiny_run(tmp_path):
     (run_dir / "latest").write_text("checkpoint-000001\n")
     kept = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 1]
     (run_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n")
-    (spec,) = cmp.plan_runs(None, [cmp.Arm("hadw", ("hadw.enabled=true",))], [0], out, TINY)
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("hadw", ("hadw.enabled=true",))], [0], out, tiny_recipe())
     assert cmp.run_status(run_dir) == "resume"
     assert cmp.execute_run(spec)["status"] == "resumed"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
