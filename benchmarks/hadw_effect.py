@@ -1,14 +1,14 @@
 """Does HA-DW help on the built-in task? GRPO vs GRPO+HA-DW (window, per_level, fixed 0.5; or DAPO ± HA-DW) over seeds,
-from one shared warm start, with intervals and seed-paired differences. Writes benchmarks/hadw_effect.md + .png.
+from one shared warm start, with intervals and seed-paired differences. Writes <out>/hadw_effect.md + .png.
 
-Recipe: the demo's current one (hadw.experiments.demo.DemoSettings: `warm_start` SFT to a target greedy accuracy or a
-step cap, then `rl_overrides`: tiny Qwen2, `sums` levels 2–4, G = 8, 16 prompts/step, 200 steps), run through
+Recipe: the demo's current one (hadw.experiments.demo.DemoSettings: its shipped warm start, or `--warm-start rebuild`
+for SFT here, then `rl_overrides`: tiny Qwen2, `sums` levels 2–4, G = 8, 16 prompts/step, 200 steps), run through
 `hadw.experiments.compare` (finished runs are reused, so a rerun after an interruption only trains what is missing; a
 run dir made with another recipe is refused and left out).
 
 Usage: python benchmarks/hadw_effect.py [--seeds 0-9] [--steps 200] [--arms grpo,hadw,hadw_per_level] [--jobs 2]
                                         [--set rollout.group_size=4 ...]
-(arms: ARMS below; benchmarks/sim_vs_trainer.md runs grpo, grpo_scale, hadw, hadw_norm and their sgd_ twins)
+(arms: ARMS below; benchmarks/archive/sim_vs_trainer.md runs grpo, grpo_scale, hadw, hadw_norm and their sgd_ twins)
 Runs are ordered seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short stays paired.
 """
 
@@ -29,6 +29,7 @@ from hadw.eval.report import compare_rows, jsonable, markdown_table
 from hadw.experiments import compare as cmp
 from hadw.experiments.demo import DEMO_LEVELS, DEMO_TASK, DemoSettings, rl_overrides, warm_start
 from hadw.experiments.plots import plot_compare
+from hadw.train import warm_starts
 
 SGD = ("optim.name=sgd", "optim.lr=0.01", "optim.grad_clip=0")  # lr: a one-seed GRPO pilot (sim_vs_trainer.md)
 ARMS = {
@@ -41,7 +42,7 @@ ARMS = {
     "hadw_per_level": ("hadw.enabled=true", "hadw.anchor=per_level"),
     "dapo": ("algorithm.preset=dapo", "hadw.enabled=false"),
     "dapo_hadw": ("algorithm.preset=dapo", "hadw.enabled=true"),
-    # benchmarks/sim_vs_trainer.md: GRPO with every advantage × 1.3 (HA-DW's λ as a step size alone) and HA-DW
+    # benchmarks/archive/sim_vs_trainer.md: GRPO with every advantage × 1.3 (HA-DW's λ as a step size alone) and HA-DW
     # with Φ normalised to mean 1 (re-weighting alone); each also under plain SGD, at a stable SGD lr with the clip
     # off (with clip 1.0 the tiny model's gradient norm of 2-3 is always clipped, and a clipped step is scale-free)
     "grpo_scale": ("hadw.enabled=false", "algorithm.advantage_scale=1.3"),
@@ -174,6 +175,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--eval-size", type=int, default=500)
     parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem at T = 1 (avg@k, pass@k)")
+    parser.add_argument(
+        "--warm-start",
+        default=demo.warm_start,
+        help="a shipped warm start (hadw.train.warm_starts; the same file on every machine), or 'rebuild': SFT one "
+        "into --out here (its result depends on this CPU's kernels)",
+    )
     parser.add_argument("--sft-target", type=float, default=demo.sft_target)
     parser.add_argument("--sft-max-steps", type=int, default=demo.sft_max_steps)
     parser.add_argument(
@@ -187,8 +194,9 @@ def main() -> None:
         help="trainer override on top of the recipe, e.g. rollout.group_size=4 (repeat); a new --out per variant",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/hadw_effect"))
-    parser.add_argument("--report", type=Path, default=Path("benchmarks/hadw_effect.md"))
+    parser.add_argument("--report", type=Path, default=None, help="default: <out>/hadw_effect.md")
     args = parser.parse_args()
+    args.report = args.report or args.out / "hadw_effect.md"
     if "-" in args.seeds:
         lo, hi = args.seeds.split("-")
         seeds = list(range(int(lo), int(hi) + 1))
@@ -197,7 +205,11 @@ def main() -> None:
     arms = [cmp.Arm(name, ARMS[name]) for name in args.arms.split(",")]
     start = time.perf_counter()
 
-    model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0, max_steps=args.sft_max_steps)
+    if args.warm_start == "rebuild":
+        print("rebuilding the warm start on this CPU: the result depends on its kernels (the shipped ones do not)")
+        model_dir = warm_start(args.out, args.sft_seconds, args.sft_target, seed=0, max_steps=args.sft_max_steps)
+    else:
+        model_dir, _ = warm_starts.resolve(args.warm_start)
     overrides = with_sets(base_overrides(model_dir, args.steps, args.eval_size), args.set)
     specs = cmp.plan_runs(None, arms, seeds, args.out, overrides)
     order = {a.name: i for i, a in enumerate(arms)}
@@ -271,8 +283,8 @@ Command (from the repository root; {runs_s / 60:.1f} min for the runs and their 
 {(time.perf_counter() - start) / 60:.1f} min in all, on 2 CPU cores shared with other work): `{command}`
 (runs by status: {counts}).
 
-Setup: one warm start (tiny Qwen2, {n_params / 1e6:.2f} M parameters, SFT on `{DEMO_TASK}` levels {DEMO_LEVELS} with
-`hadw.experiments.demo.warm_start`: until greedy accuracy {args.sft_target} or {args.sft_max_steps} steps), then
+Setup: one warm start (`{args.warm_start}`: tiny Qwen2, {n_params / 1e6:.2f} M parameters, SFT on `{DEMO_TASK}` levels
+{DEMO_LEVELS} with `hadw.experiments.demo.warm_start`: until greedy accuracy {args.sft_target}), then
 {args.steps} RL steps per run with the demo's recipe (`hadw.experiments.demo.rl_overrides`); every arm and seed starts
 from that same checkpoint. A seed fixes the training prompts, the sampling streams and the {args.eval_size}
 held-out evaluation problems; all arms of a seed see the same ones, so differences are paired by seed.

@@ -1,5 +1,5 @@
-"""The predictions of benchmarks/sim_vs_trainer.md: `hadw sim` for the `sums` 2-4 testbed, AdamW and SGD, four arms,
-plus a sensitivity sweep over the sim's uncalibrated structural knobs. Prints markdown.
+"""The predictions of benchmarks/archive/sim_vs_trainer.md: `hadw sim` for the `sums` 2-4 testbed, AdamW and SGD,
+four arms, plus a sensitivity sweep over the sim's uncalibrated structural knobs. Prints markdown.
 
 Usage: python benchmarks/sim_vs_trainer.py [--seeds 0-19] [--json-dir runs/sim_vs_trainer]
 The commands it runs are printed with their results; each is also a plain `hadw sim` command line.

@@ -1,5 +1,5 @@
-"""benchmarks/hadw_effect.py --set: a study on a variant of the demo recipe (benchmarks/sim_vs_trainer.md's check
-of the sim on a setting it was not calibrated on runs the recipe at another G)."""
+"""benchmarks/hadw_effect.py --set: a study on a variant of the demo recipe (benchmarks/archive/sim_vs_trainer.md's
+check of the sim on a setting it was not calibrated on runs the recipe at another G)."""
 
 from __future__ import annotations
 

@@ -262,7 +262,7 @@ def test_every_figure_beside_a_results_link_is_in_a_linked_file():
 
 
 def test_the_g4_check_figure_is_the_measured_table():
-    # "Does HA-DW help?" quotes the pre-registered G = 4 check of benchmarks/sim_vs_trainer.md
+    # "Does HA-DW help?" quotes the pre-registered G = 4 check of benchmarks/archive/sim_vs_trainer.md
     text = (REPO_ROOT / "benchmarks" / "sim_vs_trainer.md").read_text(encoding="utf-8")
     section = text.split("## Check of the fix on an uncalibrated setting", 1)[1]
     measured = re.search(r"\*\*all \(primary\)\*\* \|[^\n]*\| \*\*(−[\d.]+ \[−[\d.]+, −[\d.]+\])\*\* \|", section)

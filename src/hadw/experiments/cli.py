@@ -243,14 +243,24 @@ def _check_configs(specs) -> None:
 def demo(
     out_dir: Annotated[Path, typer.Option(help="where runs, table and plot go")] = Path("runs/demo"),
     steps: Annotated[int | None, typer.Option(help="RL steps per arm (default: the demo's 200)")] = None,
-    seed: Annotated[int, typer.Option(help="random seed (same for both arms)")] = 0,
+    seed: Annotated[int, typer.Option(help="random seed of RL (same for both arms; with rebuild, of SFT too)")] = 0,
+    warm_start: Annotated[
+        str,
+        typer.Option(
+            help="a shipped warm start (the same file on every machine; checked by sha256), or 'rebuild': SFT it "
+            "here, which gives another start, and so another table, on another CPU's kernels"
+        ),
+    ] = "sums234-s0",
 ) -> None:
     """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
     from hadw.experiments.demo import DemoSettings, run_demo
+    from hadw.train import warm_starts
 
     check_range("--steps", steps, 1)  # before the warm start: a bad value fails in a second
+    if warm_start != "rebuild":
+        warm_starts.get(warm_start)  # an unknown name: one line naming the shipped ones
     _quiet_transformers()
-    settings = DemoSettings(out_dir=out_dir, seed=seed)
+    settings = DemoSettings(out_dir=out_dir, seed=seed, warm_start=warm_start)
     if steps is not None:
         settings.steps = steps
     run_demo(settings)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -21,10 +22,11 @@ from pathlib import Path
 import torch
 
 from hadw import metrics as M
-from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
+from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY, TINY_WARM_START_LEVEL_FLOOR
 from hadw.experiments.plots import final_eval, plot_runs
 from hadw.processes import die_with_parent
 from hadw.train.config import load_config
+from hadw.train.warm_starts import DEMO_WARM_START
 
 DEMO_TASK = TINY_TASK
 DEMO_LEVELS = list(TINY_LEVELS)
@@ -45,6 +47,9 @@ class DemoSettings:
     # another table (and cache it for the next demo). sft_max_steps bounds it (1500 steps: ~5 min on one core).
     sft_seconds: float | None = None
     seed: int = 0
+    # The shipped start (hadw.train.warm_starts; the same file on every machine), or "rebuild": SFT here, which gives
+    # another start on another CPU's kernels.
+    warm_start: str = DEMO_WARM_START
     eval_size: int = 300
     # Measured on this model (100 steps, 4 optimiser steps per batch): 1e-4 lifts the easiest level by 14-20
     # points (addition and sums); 2e-4 and above make GRPO lose accuracy (sums L1-3: +0.04 overall vs +0.14).
@@ -91,34 +96,83 @@ def warm_start(
     log=print,
     model_shape: dict | None = None,
 ) -> Path:
-    """Build the tiny model and SFT it (cached: an existing out_dir/model is reused). Returns its folder.
+    """Build the tiny model and SFT it here (`--warm-start rebuild`); returns its folder, out_dir/warm_start.
 
-    seconds: a wall-clock limit (None: none; the demo's, so that its warm start is the same on any machine)."""
+    The result depends on this CPU's kernels (hadw.train.warm_starts says why): the shipped starts are the default.
+    A start this function built before is reused only when its record says it was built for the same request and
+    its files are unchanged; a folder it did not build is refused, never reused or removed. A start with a level
+    under the floor is refused in one line.
+    seconds: a wall-clock limit (None: none; the demo's, so that its warm start does not depend on the machine's speed).
+    """
     from hadw.rollout import build_tiny_model, load_model
+    from hadw.train import warm_starts as W
     from hadw.train.sft import SFTConfig, sft_warm_start
 
     model_dir = out_dir / "warm_start"
-    if (model_dir / "config.json").is_file():
-        log(f"reusing warm start in {model_dir}")
+    levels = list(levels or DEMO_LEVELS)
+    request = {
+        "task": DEMO_TASK,
+        "levels": levels,
+        "target": target,
+        "level_floor": TINY_WARM_START_LEVEL_FLOOR,
+        "seed": seed,
+        "max_steps": max_steps,
+        "seconds": seconds,
+        "model_shape": model_shape or {},
+    }
+    hint = "use a shipped start (--warm-start " + W.DEMO_WARM_START + ") or raise the SFT step cap"
+    record = W.reusable(model_dir, request)
+    if record is not None:
+        W.check_floor(record["result"]["level_accuracy"], TINY_WARM_START_LEVEL_FLOOR, f"warm start {model_dir}", hint)
+        digest = record["files"][W.WEIGHTS][:12]
+        log(f"reusing warm start in {model_dir} (built here for this request; sha256 {digest})")
         return model_dir
+    if model_dir.exists() or model_dir.is_symlink():
+        if not (model_dir / W.RECORD).is_file() or model_dir.is_symlink():
+            raise W.WarmStartError(
+                f"{model_dir} exists and hadw did not build it (no {W.RECORD}); move it away or pick another --out-dir"
+            )
+        log(f"rebuilding the warm start in {model_dir}: it was built for another request")
     torch.manual_seed(seed)
     model, tokenizer = load_model(build_tiny_model(out_dir / "random_init", seed=seed, **(model_shape or {})))
     cfg = SFTConfig(
         task=DEMO_TASK,
-        levels=levels or DEMO_LEVELS,
+        levels=levels,
         target_accuracy=target,
+        level_floor=TINY_WARM_START_LEVEL_FLOOR,
         max_seconds=seconds,
         seed=seed,
         eval_every=50,
         max_steps=max_steps,
     )
     result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)))
+    level_accuracy = {k.removeprefix("sft/acc_"): v for k, v in result.history[-1].items() if k.startswith("sft/acc_")}
     tmp = out_dir / ".warm_start.tmp"
+    for stale in (tmp, model_dir):  # both ours: the temporary name, and a start with our record (checked above)
+        if stale.exists():
+            shutil.rmtree(stale)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    result_record = {"steps": result.steps, "accuracy": result.accuracy, "level_accuracy": level_accuracy}
+    W.write_record(tmp, request, result_record)
     tmp.rename(model_dir)
-    log(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f} in {result.seconds:.0f} s")
+    log(
+        f"warm start: rebuilt on this CPU (its kernels shape the result; the README's numbers are the shipped "
+        f"start's), {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}"
+    )
+    W.check_floor(level_accuracy, TINY_WARM_START_LEVEL_FLOOR, f"warm start {model_dir}", hint)
     return model_dir
+
+
+def demo_warm_start(settings: DemoSettings, out: Path) -> Path:
+    """The shipped start named by settings.warm_start (checked by sha256), or one rebuilt here ("rebuild")."""
+    from hadw.train import warm_starts as W
+
+    if settings.warm_start != "rebuild":
+        folder, start = W.resolve(settings.warm_start)
+        print(start.line())
+        return folder
+    return warm_start(out, settings.sft_seconds, settings.sft_target, settings.seed, max_steps=settings.sft_max_steps)
 
 
 def _format_sft(entry: dict) -> str:
@@ -187,6 +241,28 @@ def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[s
     return "\n".join(lines)
 
 
+DEMO_MARKER = ".hadw_demo"  # in each arm's folder: made by `hadw demo`, so a later demo may replace it
+
+
+def claim_demo_run(run_dir: Path) -> None:
+    """Make `run_dir` an empty folder for a demo arm. A folder an earlier demo made (it holds the marker) is removed;
+    any other non-empty folder is the user's: refused in one line, never removed."""
+    from hadw.errors import UserError
+
+    if run_dir.is_symlink():
+        raise UserError(f"{run_dir} is a symbolic link; hadw demo never writes through one: remove it")
+    if run_dir.exists():
+        if (run_dir / DEMO_MARKER).is_file():
+            shutil.rmtree(run_dir)
+        elif any(run_dir.iterdir()):
+            raise UserError(
+                f"{run_dir} exists and was not made by hadw demo (no {DEMO_MARKER}); move it away or pick another "
+                "--out-dir"
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / DEMO_MARKER).write_text("made by hadw demo; the next hadw demo in this folder replaces it\n")
+
+
 def run_demo(settings: DemoSettings) -> str:
     from transformers.utils import logging as hf_logging
 
@@ -198,12 +274,11 @@ def run_demo(settings: DemoSettings) -> str:
     out = settings.out_dir
     out.mkdir(parents=True, exist_ok=True)
     print(
-        f"[1/3] warm start: tiny Qwen2 model, SFT on {DEMO_TASK} levels {DEMO_LEVELS} "
-        f"(until greedy accuracy {settings.sft_target} or {settings.sft_max_steps} steps)"
+        f"[1/3] warm start: tiny Qwen2 model after SFT on {DEMO_TASK} levels {DEMO_LEVELS} (until greedy accuracy "
+        f"{settings.sft_target} with every level >= {TINY_WARM_START_LEVEL_FLOOR}); "
+        + ("rebuilt on this CPU" if settings.warm_start == "rebuild" else "the shipped file")
     )
-    model_dir = warm_start(
-        out, settings.sft_seconds, settings.sft_target, settings.seed, max_steps=settings.sft_max_steps
-    )
+    model_dir = demo_warm_start(settings, out)
     initial = _initial_eval(model_dir, settings)
 
     print(f"[2/3] RL: GRPO and GRPO+HA-DW, {settings.steps} steps each, same start and seed, in parallel")
@@ -217,10 +292,7 @@ def run_demo(settings: DemoSettings) -> str:
         for name, run_dir in runs.items()
     ]
     for run_dir in runs.values():  # a fresh run each time: stale metrics would confuse the table
-        if (run_dir / M.METRICS_FILE).exists():
-            import shutil
-
-            shutil.rmtree(run_dir)
+        claim_demo_run(run_dir)
     for p in processes:
         p.start()
     _watch(runs, processes, settings.steps)
