@@ -63,11 +63,13 @@ def tables(raw: dict) -> dict[str, str]:
     """`range` (README: the native table with each change's range over the settings) and `per_setting`."""
     rows = raw["runs"]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
-    buckets = [b for b in dict.fromkeys(r["bucket"] for r in rows) if b != "all"] + ["all"]
+    # the levels, then all (the task-wide bucket "sums" is the same as "all" here)
+    buckets = [b for b in dict.fromkeys(r["bucket"] for r in rows) if "/" in b] + ["all"]
     value = {(r["setting"], r["arm"], r["bucket"]): r["greedy"] for r in rows}
-    count = {r["bucket"]: r["n"] for r in rows if "n" in r}
+    count = {r["bucket"]: int(r["n"]) for r in rows if "n" in r}
     warm = {b: value[(settings[0], "warm start", b)] for b in buckets}
-    head = "| level | n | warm start | " + " | ".join(ARMS) + " |\n|---|---|---|" + "---|" * len(ARMS)
+    arms = " | ".join(f"{a}: value (change; change's range)" for a in ARMS)
+    head = f"| level | n | warm start | {arms} |\n|---|---|---|" + "---|" * len(ARMS)
     lines = [head]
     for b in buckets:
         cells = []
