@@ -43,7 +43,7 @@ def _evaluate(name: str, **env: str) -> dict:
 
 def test_the_demo_start_ships_with_its_manifest_and_passes_the_floor():
     starts = W.shipped()
-    assert W.DEMO_WARM_START in starts and len(starts) >= 2
+    assert W.DEMO_WARM_START in starts and len(starts) >= 3
     for name, start in starts.items():
         folder, _ = W.resolve(name)  # every file's sha256 checked
         assert folder.is_dir() and (folder / W.WEIGHTS).stat().st_size < 5_000_000  # "a few MB"
