@@ -476,11 +476,20 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["m_layers"] = _model_variant(tiny, d / "m_layers", _edit_config(num_hidden_layers=-1))
     m["m_type"] = _model_variant(tiny, d / "m_type", _edit_config(model_type="nonexistent_arch"))
     m["m_array"] = _model_variant(tiny, d / "m_array", lambda p: (p / "config.json").write_text("[1, 2]"))
-    m["m_remote"] = _model_variant(
-        tiny,
-        d / "m_remote",
-        _edit_config(auto_map={"AutoModelForCausalLM": "modeling_evil.EvilModel"}, model_type="evil_remote"),
-    )
+    auto_map = {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    remote_config = _edit_config(auto_map=auto_map, model_type="evil_remote")
+
+    def remote_code(p: Path) -> None:
+        # real remote code with a visible side effect: trusting it would import this file, which leaves `pwned`
+        remote_config(p)
+        (p / "modeling_evil.py").write_text(
+            f"import pathlib\npathlib.Path({str(d / 'pwned')!r}).touch()\n"
+            "from transformers import PretrainedConfig, PreTrainedModel\n\n\n"
+            "class EvilConfig(PretrainedConfig):\n    model_type = 'evil_remote'\n\n\n"
+            "class EvilModel(PreTrainedModel):\n    config_class = EvilConfig\n"
+        )
+
+    m["m_remote"] = _model_variant(tiny, d / "m_remote", remote_code)
     m["m_no_tokenizer"] = _model_variant(tiny, d / "m_no_tokenizer", _no_tokenizer)
     m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
     # a finished 1-step run with a checkpoint, copied and damaged once per case
@@ -521,8 +530,10 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
 
     run_variant("r_truncated", truncate)
     run_variant("r_latest_latin1", lambda r: (r / "latest").write_bytes(b"checkpoint-00000\xe9"))
-    run_variant("r_latest_abs", lambda r: (r / "latest").write_text(str(r / ckpt)))
-    run_variant("r_latest_up", lambda r: (r / "latest").write_text("../base_run/checkpoint-000001"))
+    # `latest` naming a checkpoint outside the run: a damaged one (r_truncated's), so a resume that followed it would
+    # fail where the refused pointer falls back to the run's own complete checkpoint
+    run_variant("r_latest_abs", lambda r: (r / "latest").write_text(str(d / "r_truncated" / ckpt)))
+    run_variant("r_latest_up", lambda r: (r / "latest").write_text(f"../r_truncated/{ckpt}"))
     run_variant("r_state_garbage", lambda r: (r / ckpt / "state.json").write_text("{ nope"))
     run_variant("r_position", state_json(data_position=-1))
     run_variant("r_step", state_json(step="one"))
@@ -632,8 +643,18 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "one-line",
     ),
     ("W_resume_latest_not_utf8", T("train.output_dir={r_latest_latin1}", "train.steps=2", "--resume"), [], "accepted"),
-    ("W_resume_latest_absolute", T("train.output_dir={r_latest_abs}", "train.steps=2", "--resume"), [], "accepted"),
-    ("W_resume_latest_dotdot", T("train.output_dir={r_latest_up}", "train.steps=2", "--resume"), [], "accepted"),
+    (
+        "W_resume_latest_absolute",
+        T("train.output_dir={r_latest_abs}", "train.steps=2", "--resume"),
+        ["resuming from the newest complete checkpoint"],
+        "accepted",
+    ),
+    (
+        "W_resume_latest_dotdot",
+        T("train.output_dir={r_latest_up}", "train.steps=2", "--resume"),
+        ["resuming from the newest complete checkpoint"],
+        "accepted",
+    ),
     (
         "W_resume_bad_state_json",
         T("train.output_dir={r_state_garbage}", "train.steps=2", "--resume"),
