@@ -115,8 +115,35 @@ def _child(arm: str, args: argparse.Namespace) -> None:
     run_arm(arm, args)
 
 
+def _median_step(r: dict) -> float:
+    per_step = [s for s in r.get("seconds_per_step", []) if s == s]
+    return statistics.median(per_step) if per_step else r.get("seconds_per_step_median", float("nan"))
+
+
+def tables(raw: dict) -> dict[str, str]:
+    """real_model_rl.md's table from the raw per-arm figures (benchmarks/raw_tables.py)."""
+    lines = [
+        "| arm | greedy before | greedy after | reward, first 5 steps | reward, last 5 steps | s / step (median) "
+        "| peak RSS GiB | checkpoint GiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in raw["runs"]:
+        curve = r["reward_curve"]
+        lines.append(
+            f"| {r['arm']} | {r['before']:.3f} | {r['after']:.3f} | {statistics.mean(curve[:5]):.3f} | "
+            f"{statistics.mean(curve[-5:]):.3f} | {_median_step(r):.1f} | "
+            f"{r['cpu_peak_rss_gb']:.2f} | {r['checkpoint_gb']:.2f} |"
+        )
+    return {"arms": "\n".join(lines)}
+
+
 def report(args: argparse.Namespace, command: str) -> str:
     rows = [json.loads((args.out / arm / "real_model_rl.json").read_text()) for arm in ARMS]
+    raw_rel = "benchmarks/real_model_rl.raw.json"
+    if args.report:  # the raw per-arm figures beside the report; its table is rebuilt from them
+        import raw_tables
+
+        raw_tables.write_raw(raw_tables.ROOT / raw_rel, [args.report], Path(__file__), command, rows)
     lines = [
         "# A real model learns: GRPO ± HA-DW on SmolLM2-135M-Instruct (one seed each, CPU)",
         "",
@@ -128,17 +155,10 @@ def report(args: argparse.Namespace, command: str) -> str:
         "thread per arm. "
         f"Held-out: {args.eval_size} problems, greedy, scored by the same reward.",
         "",
-        "| arm | greedy before | greedy after | reward, first 5 steps | reward, last 5 steps | s / step (median) "
-        "| peak RSS GiB | checkpoint GiB |",
-        "|---|---|---|---|---|---|---|---|",
+        f"<!-- rebuilt from {raw_rel}: arms -->",
+        tables({"runs": rows})["arms"],
+        "<!-- /rebuilt -->",
     ]
-    for r in rows:
-        curve, per_step = r["reward_curve"], [s for s in r["seconds_per_step"] if s == s]
-        lines.append(
-            f"| {r['arm']} | {r['before']:.3f} | {r['after']:.3f} | {statistics.mean(curve[:5]):.3f} | "
-            f"{statistics.mean(curve[-5:]):.3f} | {statistics.median(per_step) if per_step else float('nan'):.1f} | "
-            f"{r['cpu_peak_rss_gb']:.2f} | {r['checkpoint_gb']:.2f} |"
-        )
     lines += ["", "Per level (greedy):", ""]
     for r in rows:
         levels = {k: (r["before_levels"][k]["greedy"], r["after_levels"][k]["greedy"])
