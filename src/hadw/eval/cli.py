@@ -236,8 +236,6 @@ def eval_cmd(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar per problem.")] = True,
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
-    from hadw.eval.evaluate import evaluate_sources
-
     if k < 1:
         raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
@@ -250,6 +248,9 @@ def eval_cmd(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    from hadw.eval.evaluate import evaluate_sources
+
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval") if progress else None
@@ -339,9 +340,6 @@ def probe_cmd(
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
-    from hadw.eval.plots import plot_probe
-    from hadw.eval.probe import model_sampler, probe_stats, sample_probe
-
     try:
         edge_list = [float(e) for e in edges.split(",")]
     except ValueError:
@@ -357,6 +355,10 @@ def probe_cmd(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    from hadw.eval.plots import plot_probe
+    from hadw.eval.probe import model_sampler, probe_stats, sample_probe
+
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")

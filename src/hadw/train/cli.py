@@ -84,12 +84,8 @@ def sft(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
 ) -> None:
     """SFT warm start on a built-in task, stopping at a target accuracy; saves a normal HF model."""
-    import torch
-
     from hadw.cli_lists import check_range, parse_ints
     from hadw.data import TASKS, DatasetError, make_fields
-    from hadw.rollout import build_tiny_model, load_model
-    from hadw.train.sft import SFTConfig, sft_warm_start
 
     # every option checked before a model is built or loaded: a bad one fails in a second, in one line
     check_range("--target-accuracy", target_accuracy, 0.0, 1.0)  # above 1 would never be reached
@@ -111,6 +107,12 @@ def sft(
         raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
     if model is not None and not (model.is_dir() and (model / "config.json").is_file()):
         raise typer.BadParameter(f"{model}: not a model folder (no config.json)", param_hint="'--model'")
+
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    import torch
+
+    from hadw.rollout import build_tiny_model, load_model
+    from hadw.train.sft import SFTConfig, sft_warm_start
 
     _quiet_transformers()
     torch.manual_seed(seed)
