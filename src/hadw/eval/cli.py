@@ -175,10 +175,11 @@ def _write_json(path: str | None, data: dict) -> None:
         Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
-def _bar(total: int, desc: str):
+def _bar(total: int, desc: str, unit: str, mode: bool | str = "auto"):
+    """The command's progress display (hadw.progress): a bar on a terminal, a plain line every 10 s elsewhere."""
     from hadw.progress import Bar
 
-    return Bar(total, desc)
+    return Bar(total, desc, mode=mode, unit=unit)
 
 
 def eval_cmd(
@@ -233,7 +234,13 @@ def eval_cmd(
             "tokens) to this file, to see why a score is what it is.",
         ),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar per problem.")] = True,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Show the progress: a bar on a terminal, a plain line every 10 s elsewhere (HADW_PROGRESS=lines|bar).",
+        ),
+    ] = True,
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
     if k < 1:
@@ -253,7 +260,7 @@ def eval_cmd(
 
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
-    bar = _bar(total, "eval") if progress else None
+    bar = _bar(total, "eval", "problem", progress)
     try:
         result = evaluate_sources(
             lm,
@@ -266,12 +273,11 @@ def eval_cmd(
             batch_size,
             seed,
             _chat(chat_template),
-            bar.update if bar else None,
+            bar.update,
             engine=_engine(lm, tokenizer, memory_budget_gb),
         )
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
     notes = completion_notes(result.stats)
@@ -361,7 +367,7 @@ def probe_cmd(
 
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
     n = groups * group_size + reference
-    bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")
+    bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)", "prompt")
     parts, problems = [], []
     try:
         for source in sources:

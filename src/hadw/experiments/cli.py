@@ -134,7 +134,7 @@ def compare_cmd(
         _check_configs(specs)
         cmp.write_manifest(out, arms, seed_list, config, override)
         if launcher == "local":
-            bar = _bar(len(specs), f"runs ({jobs} at a time)")
+            bar = _bar(len(specs), f"runs ({jobs} at a time)", "run")
             statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
             bar.close()
         else:

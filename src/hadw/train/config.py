@@ -268,7 +268,10 @@ class TrainConfig:
 
 @dataclass
 class LoggingConfig:
-    progress: bool = True  # a progress bar with live reward / accuracy
+    # auto | bar | lines | off: a live bar (reward, accuracy) on a terminal and a plain line every 10 s elsewhere
+    # (a pipe, a Slurm log, CI), so a job without a terminal is never silent; hadw.progress. true = auto and
+    # false = off, the boolean of older configs.
+    progress: str = "auto"
     tensorboard: bool = False  # also write the metrics to <output_dir>/tensorboard (needs the tensorboard extra)
     wandb: bool = False  # also log to Weights & Biases (needs wandb and a login); --resume continues the W&B run
     wandb_project: str = "hadw"  # the W&B project of the run
@@ -376,9 +379,18 @@ def load_config(
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except Exception as err:  # an interpolation that cannot resolve (only with interpolate=True)
         raise ConfigError(f"cannot resolve the config: {' '.join(str(err).split())[:300]}") from None
-    cfg = resolve_recipe(cfg)
+    cfg = resolve_recipe(_normalized(cfg))
     validate(cfg)
     return cfg
+
+
+def _normalized(cfg: Config) -> Config:
+    """cfg with the spellings a field accepts written its one way: logging.progress true/false (a YAML boolean,
+    read as the text "True") as auto/off, so config.yaml says which mode ran."""
+    from hadw.progress import normalize_mode
+
+    mode = normalize_mode(cfg.logging.progress)
+    return replace(cfg, logging=replace(cfg.logging, progress=mode)) if mode else cfg
 
 
 def resolve_recipe(cfg: Config) -> Config:
@@ -624,6 +636,13 @@ def _above(key: str, value: float, low: float) -> None:
         raise ConfigError(f"{key}={value} is not allowed; must be > {low:g}")
 
 
+def _progress_mode(value: Any) -> None:
+    from hadw.progress import PROGRESS_MODES, normalize_mode
+
+    if normalize_mode(value) is None:
+        _choice("logging.progress", value, (*PROGRESS_MODES, "true", "false"))
+
+
 def validate(cfg: Config) -> None:
     """Check every enumerated and bounded field; the message names the key and the allowed values."""
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
@@ -696,6 +715,7 @@ def validate(cfg: Config) -> None:
     _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
     _range("train.eval_every", t.eval_every, 0, 1 << 30)
     _range("train.num_threads", t.num_threads, 0, 4096)
+    _progress_mode(cfg.logging.progress)
     _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
     _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
     _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)

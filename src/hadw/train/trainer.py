@@ -734,11 +734,13 @@ class Trainer:
             self.cfg.checkpoint.keep_last,
         )
 
-    def train(self, progress: bool | None = None) -> TrainResult:
+    def train(self, progress: bool | str | None = None) -> TrainResult:
+        """Train to cfg.train.steps. progress: a hadw.progress mode (auto | bar | lines | off, or a bool) that
+        overrides cfg.logging.progress; None keeps it."""
         cfg = self.cfg
         show = cfg.logging.progress if progress is None else progress
         desc = f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}"
-        bar = Bar(cfg.train.steps, desc, initial=self.start_step, enabled=show)
+        bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
