@@ -123,6 +123,21 @@ def _load_sources(
         raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
+def _say_length_limit(command: str, data: list[str], max_new_tokens: int | None) -> None:
+    """With no --max-new-tokens (and no run folder's own limit), a dataset gets the default limit for a chain of
+    thought: say it first, on stderr, before anything loads. A bare model that never stops writes that many tokens
+    per answer, minutes per batch on a CPU, and a silent wait looks like a hang (issue 33)."""
+    from hadw.data.sources import DATASET_RECIPE, default_recipe
+
+    datasets = [spec for spec in data if default_recipe(spec) is DATASET_RECIPE]
+    if max_new_tokens is None and datasets:
+        typer.echo(
+            f"{command}: up to {DATASET_RECIPE.max_new_tokens} new tokens per answer on {', '.join(datasets)} "
+            "(the default for a dataset: room for a chain of thought); --max-new-tokens N to change it",
+            err=True,
+        )
+
+
 def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward) -> None:
     """The options eval and probe share, checked before any data or model is loaded (usage errors naming
     the option)."""
@@ -211,7 +226,8 @@ def eval_cmd(
     ] = "auto",
     reward: Annotated[str, typer.Option("--reward", help="Verifier (auto: exact for tasks, math else).")] = "auto",
     max_new_tokens: Annotated[
-        int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
+        int | None,
+        typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else (said on the first line)."),
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Problems per generation batch.")] = 64,
     memory_budget_gb: Annotated[
@@ -254,6 +270,7 @@ def eval_cmd(
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
+    _say_length_limit("eval", data, max_new_tokens)
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
@@ -360,6 +377,7 @@ def probe_cmd(
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
+    _say_length_limit("probe", data, max_new_tokens)
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.plots import plot_probe
