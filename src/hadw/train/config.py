@@ -48,6 +48,27 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (pip install 'hadw[lora]'): train low-rank adapters instead of every weight.
+    Checkpoints hold the adapter and its optimiser state (megabytes where a full one holds gigabytes); the KL
+    reference is the base model with the adapter switched off (no second copy); `hadw eval RUN_DIR` loads the
+    base and merges the adapter in (hadw.rollout.lora)."""
+
+    enabled: bool = False  # off: full fine-tuning, every weight trained (the paper's setting)
+    rank: int = 16  # r: the adapters' inner dimension; 8-64 is TRL's and verl's usual range
+    alpha: float = 32.0  # lora_alpha: the update is scaled by alpha / rank (2 × rank, the common choice)
+    # Dropout on the adapters' input while training (peft's lora_dropout). 0: the policy that samples (eval
+    # mode) is the one the loss scores, so the PPO ratio starts at exactly 1.
+    dropout: float = 0.0
+    # Layers that get adapters: "all-linear" (every linear layer but the output head, as in QLoRA and TRL's
+    # examples) or comma-separated module names, e.g. "q_proj,v_proj".
+    target_modules: str = "all-linear"
+    # Also write merged_model/ at the end: the base with the adapter merged in, a normal model folder for
+    # serving (vLLM, transformers) without peft. final_model/ keeps the adapter either way.
+    save_merged: bool = False
+
+
+@dataclass
 class ModelConfig:
     # A checkpoint folder (any HF causal LM) or a Hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded
     # with a progress bar when online, read from the cache offline); empty = build the tiny model.
@@ -63,6 +84,7 @@ class ModelConfig:
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
     trust_remote_code: bool = False  # run the model repository's own Python code; only for repos you trust
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -636,6 +658,21 @@ def _above(key: str, value: float, low: float) -> None:
         raise ConfigError(f"{key}={value} is not allowed; must be > {low:g}")
 
 
+def _check_lora(cfg: Config) -> None:
+    lora = cfg.model.lora
+    _range("model.lora.rank", lora.rank, 1, 1 << 16)
+    _above("model.lora.alpha", lora.alpha, 0.0)
+    if not 0 <= lora.dropout < 1:
+        raise ConfigError(f"model.lora.dropout={lora.dropout} is out of range; allowed: [0, 1)")
+    if not lora.target_modules.strip(" ,"):
+        raise ConfigError("model.lora.target_modules is empty; give 'all-linear' or module names like q_proj,v_proj")
+    if lora.enabled and cfg.rollout.decoder in ("fused", "graph"):  # they read the base weights, not the adapters
+        raise ConfigError(
+            f"rollout.decoder={cfg.rollout.decoder} cannot sample from a LoRA policy (it reads the base weights); "
+            "use rollout.decoder=auto or hf with model.lora.enabled=true"
+        )
+
+
 def _progress_mode(value: Any) -> None:
     from hadw.progress import PROGRESS_MODES, normalize_mode
 
@@ -716,6 +753,7 @@ def validate(cfg: Config) -> None:
     _range("train.eval_every", t.eval_every, 0, 1 << 30)
     _range("train.num_threads", t.num_threads, 0, 4096)
     _progress_mode(cfg.logging.progress)
+    _check_lora(cfg)
     _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
     _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
     _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)
