@@ -81,21 +81,38 @@ def test_a_resumed_run_rates_only_its_own_steps():
     assert "1.00 step/s" in line and "ETA 0:01:30" in line
 
 
-def test_lines_mode_prints_at_start_at_a_steady_interval_and_at_the_end(monkeypatch):
+def test_lines_mode_prints_at_a_steady_interval_and_at_the_end(monkeypatch):
     pipe = _pipe(monkeypatch)
     bar = P.Bar(10, "sft", unit="step")
-    assert bar.mode == "lines"
-    assert pipe.getvalue().startswith("sft: 0/10 steps (0%)")  # at once: the job is alive
+    assert bar.mode == "lines" and pipe.getvalue() == ""  # nothing within the first interval
     bar.update(3, loss="0.5")
     time.sleep(0.3)  # no update for several intervals (a long step): the timer still prints
     ticks = pipe.getvalue().splitlines()
-    assert len(ticks) >= 3 and all("3/10 steps" in t and "loss=0.5" in t for t in ticks[1:])
+    assert len(ticks) >= 3 and all(t.startswith("sft: 3/10 steps (30%)") and "loss=0.5" in t for t in ticks)
     bar.update(7)
     bar.close()
     final = pipe.getvalue().splitlines()
     assert final[-1].startswith("sft: 10/10 steps (100%)")
     time.sleep(0.15)
     assert pipe.getvalue().splitlines() == final  # closed: the timer has stopped
+
+
+def test_a_job_done_within_the_first_interval_prints_no_line(monkeypatch):
+    """A quick command (or a quick one-line error) keeps its output as it was: tqdm's `delay`."""
+    pipe = _pipe(monkeypatch, interval_s=5.0)
+    with P.Bar(4, "eval", unit="problem") as bar:
+        bar.update(4)
+    assert pipe.getvalue() == ""
+
+
+def test_interval_0_prints_a_line_at_every_update(monkeypatch):
+    pipe = _pipe(monkeypatch, interval_s=0)
+    with P.Bar(3, "grpo", unit="step") as bar:
+        for _ in range(3):
+            bar.update(1, reward="0.5")
+    lines = pipe.getvalue().splitlines()
+    expected = ["grpo: 1/3 steps (33%)", "grpo: 2/3 steps (67%)", "grpo: 3/3 steps (100%)"]
+    assert [line.split(" | ")[0] for line in lines] == expected
 
 
 def test_off_and_bar_modes_print_no_lines(monkeypatch):

@@ -9,14 +9,17 @@ Four modes (`logging.progress` of `hadw train`; the HADW_PROGRESS environment va
 
     auto   a bar on a terminal, plain lines otherwise (a pipe, a Slurm log, CI, nohup): the default
     bar    a rich progress bar (on a non-terminal rich draws it once, at the end)
-    lines  a plain line every PROGRESS_INTERVAL_S seconds, and at the start and the end:
+    lines  a plain line every PROGRESS_INTERVAL_S seconds, and a last one at the end:
                grpo+hadw: 12/200 steps (6%) | 1.9 s/step | elapsed 0:00:23 | ETA 0:06:01 | reward=0.312
+           A job done within the first interval prints none (tqdm's `delay`): a quick command's output, and
+           a quick one-line error, stay as they are.
     off    nothing
 
 `True` means auto and `False` off (the boolean `logging.progress` of older configs). In auto mode,
 HADW_PROGRESS=auto|bar|lines|off chooses instead (0 = off, 1 = bar: the older forced bar). Lines come from a
 timer thread, so a long step or a long generate (a 2,048-token batch) still shows the job alive at a steady
-interval; HADW_PROGRESS_INTERVAL (seconds) changes it.
+interval; HADW_PROGRESS_INTERVAL (seconds) changes it, and 0 prints a line at every update instead (TRL's
+`logging_steps=1`).
 
 Several counters at once (`hadw demo`: one per arm): `Bars`, whose `add` returns a counter with the same
 `update`; a bar each, or a line each per interval. This module imports rich only for the bar mode.
@@ -73,12 +76,12 @@ def _stderr_is_terminal() -> bool:
 
 
 def interval_s() -> float:
-    """PROGRESS_INTERVAL_S, or HADW_PROGRESS_INTERVAL when it is a positive number."""
+    """PROGRESS_INTERVAL_S, or HADW_PROGRESS_INTERVAL when it is a number >= 0 (0: a line at every update)."""
     try:
         value = float(os.environ.get("HADW_PROGRESS_INTERVAL", ""))
     except ValueError:
         return PROGRESS_INTERVAL_S
-    return value if value > 0 else PROGRESS_INTERVAL_S
+    return value if value >= 0 else PROGRESS_INTERVAL_S
 
 
 def clock(seconds: float) -> str:
@@ -129,31 +132,36 @@ class Bars:
         self._rich: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._ticked = False  # a line has been printed: the end gets one too
         self._ticker: threading.Thread | None = None
         if self.mode == "bar":
             self._rich = _rich_progress()
             self._rich.start()
         elif self.mode == "lines":
-            self._ticker = threading.Thread(target=self._tick, args=(interval_s(),), name="hadw-progress", daemon=True)
-            self._ticker.start()
+            self._every = interval_s()
+            if self._every > 0:
+                self._ticker = threading.Thread(target=self._tick, args=(self._every,), name="hadw-progress")
+                self._ticker.daemon = True  # never keeps a finished (or crashed) job alive
+                self._ticker.start()
 
     def add(self, desc: str, total: int | None, initial: int = 0, unit: str = "it") -> Counter:
-        """A new counter; in lines mode its first line is printed at once (the job is alive)."""
+        """A new counter (in lines mode, on the next tick's line)."""
         counter = Counter(self, desc, total, initial, unit)
         self.counters.append(counter)
         if self._rich is not None:
             counter._task = self._rich.add_task(desc, total=total, completed=initial, info="")
-        elif self.mode == "lines":
-            self._print([counter])
         return counter
 
     def _updated(self, counter: Counter) -> None:
         if self._rich is not None:
             self._rich.update(counter._task, completed=counter.done, info=counter.info)
+        elif self.mode == "lines" and self._every == 0:  # HADW_PROGRESS_INTERVAL=0: a line per update
+            self._print([counter])
 
     def _tick(self, every: float) -> None:
         """The lines mode's timer thread: every counter's line, every `every` seconds, until closed."""
         while not self._stop.wait(every):
+            self._ticked = True
             self._print(self.counters)
 
     def _print(self, counters: list[Counter]) -> None:
@@ -167,12 +175,13 @@ class Bars:
                 pass
 
     def close(self) -> None:
-        """Stop the display; lines mode prints each counter's final line."""
+        """Stop the display; lines mode prints each counter's final line (when it printed any before)."""
         if self._ticker is not None:
             self._stop.set()
             self._ticker.join(timeout=5)
             self._ticker = None
-            self._print(self.counters)
+            if self._ticked:
+                self._print(self.counters)
         if self._rich is not None:
             self._rich.stop()
             self._rich = None

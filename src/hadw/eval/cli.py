@@ -125,8 +125,9 @@ def _load_sources(
 
 def _say_length_limit(command: str, data: list[str], max_new_tokens: int | None) -> None:
     """With no --max-new-tokens (and no run folder's own limit), a dataset gets the default limit for a chain of
-    thought: say it first, on stderr, before anything loads. A bare model that never stops writes that many tokens
-    per answer, minutes per batch on a CPU, and a silent wait looks like a hang (issue 33)."""
+    thought: say it on stderr before generating, as hadw's first line. A bare model that never stops writes that
+    many tokens per answer, minutes per batch on a CPU, and a silent wait looks like a hang (issue 33). Said once
+    the data and the model have loaded, so that a bad --data or MODEL stays a one-line error."""
     from hadw.data.sources import DATASET_RECIPE, default_recipe
 
     datasets = [spec for spec in data if default_recipe(spec) is DATASET_RECIPE]
@@ -165,9 +166,14 @@ def _engine(model, tokenizer, memory_budget_gb: float | None):
     """The rollout engine of eval / probe; its chunks fit `memory_budget_gb` (None: half the free memory)."""
     from hadw.rollout import HFRolloutEngine
 
+    _check_budget(memory_budget_gb)
+    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
+
+
+def _check_budget(memory_budget_gb: float | None) -> None:
+    """--memory-budget-gb, checked with the other options: before the data, the model and the progress lines."""
     if memory_budget_gb is not None and not memory_budget_gb > 0:
         raise typer.BadParameter(f"{memory_budget_gb}; allowed: > 0", param_hint="'--memory-budget-gb'")
-    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
 
 
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
@@ -263,6 +269,7 @@ def eval_cmd(
         raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
+    _check_budget(memory_budget_gb)
     pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
@@ -270,12 +277,12 @@ def eval_cmd(
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
-    _say_length_limit("eval", data, max_new_tokens)
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
 
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    _say_length_limit("eval", data, max_new_tokens)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval", "problem", progress)
     try:
@@ -373,17 +380,18 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
+    _check_budget(memory_budget_gb)
     fields = (prompt_field, answer_field, level_field)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
-    _say_length_limit("probe", data, max_new_tokens)
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
 
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    _say_length_limit("probe", data, max_new_tokens)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)", "prompt")
     parts, problems = [], []
