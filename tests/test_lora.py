@@ -170,3 +170,16 @@ def test_lora_without_peft_is_one_line_naming_the_extra(tiny_path, tmp_path, mon
     monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` fails as when it is not installed
     with pytest.raises(MissingExtraError, match=r"pip install 'hadw\[lora\]'"):
         Trainer(load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=1")))
+
+
+def test_lora_with_gradient_checkpointing_trains_the_adapters(tiny_path, tmp_path):
+    """LoRA and gradient checkpointing together still train the adapters. (transformers 5 checkpoints without
+    re-entrance; with 4.x's re-entrant default the frozen embeddings' output needs requires_grad, which the trainer
+    sets: enable_input_require_grads.)"""
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=2", "model.gradient_checkpointing=true",
+                                       "algorithm.kl_coef=0"))  # fmt: skip
+    trainer = Trainer(cfg)
+    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(after[n], p) for n, p in adapters.items())
