@@ -176,8 +176,8 @@ def test_lora_with_gradient_checkpointing_trains_the_adapters(tiny_path, tmp_pat
     """LoRA and gradient checkpointing together still train the adapters. (transformers 5 checkpoints without
     re-entrance; with 4.x's re-entrant default the frozen embeddings' output needs requires_grad, which the trainer
     sets: enable_input_require_grads.)"""
-    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=2", "model.gradient_checkpointing=true",
-                                       "algorithm.kl_coef=0"))  # fmt: skip
+    extra = ["train.steps=2", "model.gradient_checkpointing=true", "algorithm.kl_coef=0"]
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", *extra))
     trainer = Trainer(cfg)
     adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()
