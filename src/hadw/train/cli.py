@@ -42,9 +42,7 @@ def train(
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
     from hadw.train.config import load_config
-    from hadw.train.trainer import NonFiniteLossError, Trainer
 
-    _quiet_transformers()
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
@@ -54,6 +52,10 @@ def train(
 
         typer.echo(render(cfg), nl=False)
         return
+    # after the config: a mistake in it is one line without transformers (tests/test_cli_startup.py)
+    from hadw.train.trainer import NonFiniteLossError, Trainer
+
+    _quiet_transformers()
     try:
         trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
         result = trainer.train()

@@ -13,18 +13,21 @@ import math
 import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE, HADWOptions, LossSpec
-from hadw.core.anchors import BASE_ANCHORS
-from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
 from hadw.errors import UserError
-from hadw.rollout import DECODERS
+
+if TYPE_CHECKING:
+    from hadw.core import HADWOptions, LossSpec
+
+# hadw.core and hadw.rollout (torch) are imported by the functions that need them (the loss, the anchor, the
+# validation of their names): loading a file and its overrides, and their errors (an unknown key, a YAML
+# mistake), stay as quick as `hadw --help` (tests/test_cli_startup.py).
 
 
 class ConfigError(UserError, ValueError):
@@ -195,6 +198,8 @@ class AlgorithmConfig:
 
     def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
         """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
+        from hadw.core import LOSS_PRESETS, LossSpec
+
         base = LOSS_PRESETS[self.preset]
         pick = lambda value, default: default if value is None else value
         return LossSpec(
@@ -254,6 +259,8 @@ class HADWConfig:
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""
+        from hadw.core import HADWOptions
+
         return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options(), normalize=self.normalize)
 
 
@@ -682,6 +689,11 @@ def _progress_mode(value: Any) -> None:
 
 def validate(cfg: Config) -> None:
     """Check every enumerated and bounded field; the message names the key and the allowed values."""
+    from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE
+    from hadw.core.anchors import BASE_ANCHORS
+    from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
+    from hadw.rollout.engine import DECODERS
+
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
     if cfg.model.dtype != "float32":
         raise ConfigError(
