@@ -27,10 +27,12 @@ Several counters at once (`hadw demo`: one per arm): `Bars`, whose `add` returns
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Literal
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
@@ -93,7 +95,8 @@ def clock(seconds: float) -> str:
 def format_line(desc: str, done: int, total: int | None, unit: str, elapsed: float, advanced: int, info: str) -> str:
     """One plain progress line. `advanced`: units done since the start of this process (a resumed run's
     earlier steps do not count towards its rate)."""
-    count = f"{done}/{total} {unit}s ({100 * done / total:.0f}%)" if total else f"{done} {unit}s"
+    units = unit if unit == "it" else f"{unit}s"  # tqdm's "it" stays as it is; "step" counts steps
+    count = f"{done}/{total} {units} ({100 * done / total:.0f}%)" if total else f"{done} {units}"
     rate = advanced / elapsed if advanced > 0 and elapsed > 0 else 0.0
     speed = "?" if not rate else f"{rate:.2f} {unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{unit}"
     eta = clock((total - done) / rate) if rate and total else "?"
@@ -134,6 +137,7 @@ class Bars:
         self._stop = threading.Event()
         self._ticked = False  # a line has been printed: the end gets one too
         self._ticker: threading.Thread | None = None
+        self._every = PROGRESS_INTERVAL_S
         if self.mode == "bar":
             self._rich = _rich_progress()
             self._rich.start()
@@ -143,6 +147,7 @@ class Bars:
                 self._ticker = threading.Thread(target=self._tick, args=(self._every,), name="hadw-progress")
                 self._ticker.daemon = True  # never keeps a finished (or crashed) job alive
                 self._ticker.start()
+                _LIVE.add(self)
 
     def add(self, desc: str, total: int | None, initial: int = 0, unit: str = "it") -> Counter:
         """A new counter (in lines mode, on the next tick's line)."""
@@ -177,9 +182,7 @@ class Bars:
     def close(self) -> None:
         """Stop the display; lines mode prints each counter's final line (when it printed any before)."""
         if self._ticker is not None:
-            self._stop.set()
-            self._ticker.join(timeout=5)
-            self._ticker = None
+            self._stop_ticker()
             if self._ticked:
                 self._print(self.counters)
         if self._rich is not None:
@@ -187,11 +190,29 @@ class Bars:
             self._rich = None
         self.mode = "off"
 
+    def _stop_ticker(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        self._ticker = None
+        _LIVE.discard(self)
+
     def __enter__(self) -> Bars:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Displays whose timer thread runs: stopped at exit, before the interpreter finalises, so that a job that ends
+# without closing its display (an exception) never has a daemon thread writing to stderr during shutdown.
+_LIVE: weakref.WeakSet[Bars] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for bars in list(_LIVE):
+        bars._stop_ticker()
 
 
 class Bar:
