@@ -353,3 +353,24 @@ def test_anchor_state_is_in_the_checkpoint_before_it_is_pushed(tiny_model, tmp_p
     trainer.args.push_to_hub = True  # no network: the push itself is replaced above
     trainer.train()
     assert seen == [True]
+
+
+def test_a_peft_config_passes_through_to_trl_unchanged(tiny_model, tmp_path):
+    """LoRA with TRL: HADWGRPOTrainer hands `peft_config` to GRPOTrainer as is; TRL's own LoRA path trains the
+    adapters (with Â·Φ) and leaves the base weights alone."""
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    args = HADWGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=G,
+                          max_completion_length=8, max_steps=1, learning_rate=1e-3, report_to=[], use_cpu=True,
+                          save_strategy="no", seed=0, disable_tqdm=True, hadw_enabled=True)  # fmt: skip
+    trainer = HADWGRPOTrainer(model=str(tiny_model), reward_funcs=[correct, brevity], args=args,
+                              train_dataset=dataset(8), peft_config=config)  # fmt: skip
+    assert isinstance(trainer.model, peft.PeftModel)
+    assert trainer.model.peft_config["default"] is config  # unchanged: the very object given
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert all(torch.equal(after[n], p) for n, p in base.items())
+    assert len(trainer.hadw_anchor.state_dict()["history"]) == 1  # HA-DW ran on TRL's LoRA policy

@@ -83,3 +83,24 @@ def test_eval_without_data_or_run_is_one_line(tmp_path):
                              intermediate_size=64)  # fmt: skip
     result = runner.invoke(build_app(), ["eval", str(model)])
     assert result.exit_code == 2 and "--data" in result.output
+
+
+def test_an_unfinished_runs_newest_checkpoint_is_what_eval_reads(tmp_path):
+    """No final_model/ yet: `hadw eval RUN_DIR` reads the newest checkpoint's model/ (full weights or a LoRA
+    adapter), not the start model (it looked for checkpoint-*/config.json, which no checkpoint has)."""
+    import yaml
+
+    from hadw.eval.run_recipe import read_run
+    from hadw.train.config import Config
+
+    run = tmp_path / "run"
+    (run / "init_model").mkdir(parents=True)
+    (run / "init_model" / "config.json").write_text("{}")
+    cfg = Config().to_dict()
+    cfg["data"]["template"], cfg["reward"]["functions"] = "plain", ["exact"]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert read_run(run).model == run / "init_model"
+    for step, marker in ((1, "config.json"), (2, "adapter_config.json")):  # full weights, then a LoRA adapter
+        (run / f"checkpoint-00000{step}" / "model").mkdir(parents=True)
+        (run / f"checkpoint-00000{step}" / "model" / marker).write_text("{}")
+        assert read_run(run).model == run / f"checkpoint-00000{step}" / "model"

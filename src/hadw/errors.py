@@ -35,6 +35,7 @@ EXTRAS = {
     "wandb": "wandb",
     "ray": "cluster",
     "submitit": "cluster",
+    "peft": "lora",
 }
 
 

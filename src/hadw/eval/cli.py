@@ -123,6 +123,22 @@ def _load_sources(
         raise UserError(f"--data: {err}") from None  # one line, exit 2 (hadw.cli.handle_user_errors)
 
 
+def _say_length_limit(command: str, data: list[str], max_new_tokens: int | None) -> None:
+    """With no --max-new-tokens (and no run folder's own limit), a dataset gets the default limit for a chain of
+    thought: say it on stderr before generating, as hadw's first line. A bare model that never stops writes that
+    many tokens per answer, minutes per batch on a CPU, and a silent wait looks like a hang (issue 33). Said once
+    the data and the model have loaded, so that a bad --data or MODEL stays a one-line error."""
+    from hadw.data.sources import DATASET_RECIPE, default_recipe
+
+    datasets = [spec for spec in data if default_recipe(spec) is DATASET_RECIPE]
+    if max_new_tokens is None and datasets:
+        typer.echo(
+            f"{command}: up to {DATASET_RECIPE.max_new_tokens} new tokens per answer on {', '.join(datasets)} "
+            "(the default for a dataset: room for a chain of thought); --max-new-tokens N to change it",
+            err=True,
+        )
+
+
 def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward) -> None:
     """The options eval and probe share, checked before any data or model is loaded (usage errors naming
     the option)."""
@@ -150,9 +166,14 @@ def _engine(model, tokenizer, memory_budget_gb: float | None):
     """The rollout engine of eval / probe; its chunks fit `memory_budget_gb` (None: half the free memory)."""
     from hadw.rollout import HFRolloutEngine
 
+    _check_budget(memory_budget_gb)
+    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
+
+
+def _check_budget(memory_budget_gb: float | None) -> None:
+    """--memory-budget-gb, checked with the other options: before the data, the model and the progress lines."""
     if memory_budget_gb is not None and not memory_budget_gb > 0:
         raise typer.BadParameter(f"{memory_budget_gb}; allowed: > 0", param_hint="'--memory-budget-gb'")
-    return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
 
 
 def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
@@ -175,10 +196,11 @@ def _write_json(path: str | None, data: dict) -> None:
         Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
-def _bar(total: int, desc: str):
+def _bar(total: int, desc: str, unit: str, mode: bool | str = "auto"):
+    """The command's progress display (hadw.progress): a bar on a terminal, a plain line every 10 s elsewhere."""
     from hadw.progress import Bar
 
-    return Bar(total, desc)
+    return Bar(total, desc, mode=mode, unit=unit)
 
 
 def eval_cmd(
@@ -210,7 +232,8 @@ def eval_cmd(
     ] = "auto",
     reward: Annotated[str, typer.Option("--reward", help="Verifier (auto: exact for tasks, math else).")] = "auto",
     max_new_tokens: Annotated[
-        int | None, typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else.")
+        int | None,
+        typer.Option("--max-new-tokens", help="Default: 16 for tasks, 2048 else (said on the first line)."),
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Problems per generation batch.")] = 64,
     memory_budget_gb: Annotated[
@@ -233,15 +256,20 @@ def eval_cmd(
             "tokens) to this file, to see why a score is what it is.",
         ),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar per problem.")] = True,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Show the progress: a bar on a terminal, a plain line every 10 s elsewhere (HADW_PROGRESS=lines|bar).",
+        ),
+    ] = True,
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
-    from hadw.eval.evaluate import evaluate_sources
-
     if k < 1:
         raise typer.BadParameter("must be >= 1", param_hint="'--num-samples'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
+    _check_budget(memory_budget_gb)
     pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
@@ -250,9 +278,13 @@ def eval_cmd(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    from hadw.eval.evaluate import evaluate_sources
+
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    _say_length_limit("eval", data, max_new_tokens)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
-    bar = _bar(total, "eval") if progress else None
+    bar = _bar(total, "eval", "problem", progress)
     try:
         result = evaluate_sources(
             lm,
@@ -265,12 +297,11 @@ def eval_cmd(
             batch_size,
             seed,
             _chat(chat_template),
-            bar.update if bar else None,
+            bar.update,
             engine=_engine(lm, tokenizer, memory_budget_gb),
         )
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
     notes = completion_notes(result.stats)
@@ -339,9 +370,6 @@ def probe_cmd(
     json_path: Annotated[str | None, JsonOption] = None,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
-    from hadw.eval.plots import plot_probe
-    from hadw.eval.probe import model_sampler, probe_stats, sample_probe
-
     try:
         edge_list = [float(e) for e in edges.split(",")]
     except ValueError:
@@ -352,14 +380,20 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
+    _check_budget(memory_budget_gb)
     fields = (prompt_field, answer_field, level_field)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    from hadw.eval.plots import plot_probe
+    from hadw.eval.probe import model_sampler, probe_stats, sample_probe
+
     lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    _say_length_limit("probe", data, max_new_tokens)
     n = groups * group_size + reference
-    bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")
+    bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)", "prompt")
     parts, problems = [], []
     try:
         for source in sources:

@@ -70,12 +70,17 @@ def read_run(path: str | Path) -> RunRecipe:
     return recipe
 
 
+def _holds_model(folder: Path) -> bool:
+    """A model folder: full weights (config.json) or a LoRA adapter (adapter_config.json)."""
+    return (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+
+
 def _run_model(path: Path, start: str) -> Path:
     """The run's newest weights: final_model/ when it finished, else its newest checkpoint, else the weights it
     started from (init_model/, or model.path) — so a run still in its first steps can be looked at too."""
-    if (path / "final_model" / "config.json").is_file():
+    if _holds_model(path / "final_model"):  # a LoRA run's: its adapter (hadw.rollout.load_model adds the base)
         return path / "final_model"
-    checkpoints = sorted(p for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
+    checkpoints = sorted(p / "model" for p in path.glob("checkpoint-*") if _holds_model(p / "model"))
     if checkpoints:
         return checkpoints[-1]
     if (path / "init_model" / "config.json").is_file():

@@ -105,9 +105,6 @@ def compare_cmd(
     ] = 5.0,
 ) -> None:
     """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
-    from hadw.experiments import compare as cmp
-    from hadw.experiments.plots import plot_compare
-
     if method not in ("t", "bootstrap"):
         raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
     if not 0 < confidence < 1:
@@ -122,6 +119,10 @@ def compare_cmd(
     seed_list = parse_ints(seeds or "0-4", "--seeds")
     check_range("--jobs", jobs, 1, 1024)
     check_range("--smooth", smooth, 1)
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    from hadw.experiments import compare as cmp
+    from hadw.experiments.plots import plot_compare
+
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
@@ -133,7 +134,7 @@ def compare_cmd(
         _check_configs(specs)
         cmp.write_manifest(out, arms, seed_list, config, override)
         if launcher == "local":
-            bar = _bar(len(specs), f"runs ({jobs} at a time)")
+            bar = _bar(len(specs), f"runs ({jobs} at a time)", "run")
             statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
             bar.close()
         else:

@@ -39,6 +39,7 @@ from transformers import (
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from hadw.errors import UserError
+from hadw.rollout.lora import is_adapter_dir
 
 TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 CHATML_TEMPLATE = (
@@ -136,6 +137,8 @@ def load_model(
     if dtype not in _DTYPES:
         raise ValueError(f"load_model: dtype={dtype!r}; allowed: {sorted(_DTYPES)}")
     path = resolve_model_path(path_or_dir)
+    if is_adapter_dir(path):  # a LoRA run's checkpoint or final_model: its base model, the adapter merged in
+        return _load_with_adapter(path, dtype, device, trust_remote_code)
     check_model_config(path)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     if not tokenizer("1+1=", add_special_tokens=False).input_ids:  # e.g. the folder has no tokenizer files
@@ -152,6 +155,21 @@ def load_model(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _load_with_adapter(adapter_dir: Path, dtype, device: str, trust_remote_code: bool):
+    """The base model an adapter folder names (hadw.rollout.lora), with the adapter merged into its weights: a
+    plain model that generates as fast as the base, with every decoder."""
+    from hadw.rollout.lora import adapter_base, attach_adapter
+
+    base = adapter_base(adapter_dir)
+    if not Path(base).is_dir() and (Path(base).is_absolute() or not is_hub_id(base)):
+        raise ModelNotFoundError(
+            f"load_model: {adapter_dir} is a LoRA adapter whose base model {base} is not there (moved or deleted?); "
+            f"put the base model back, or edit base_model_name_or_path in {adapter_dir / 'adapter_config.json'}"
+        )
+    model, tokenizer = load_model(base, dtype, device, trust_remote_code)
+    return attach_adapter(model, adapter_dir, merge=True).eval(), tokenizer
 
 
 # Sizes past these are not a model but a typo or a crafted config.json that would allocate terabytes.

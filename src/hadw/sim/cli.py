@@ -187,7 +187,7 @@ def sim(
     torch.set_num_threads(max(1, threads))
     start = time.perf_counter()
     try:
-        with Bar(steps * len(arm_list), "sim") as bar:
+        with Bar(steps * len(arm_list), "sim", unit="step") as bar:
             result = simulate(settings, progress=bar.update)
     except (ValueError, TypeError, KeyError) as err:  # bad settings or anchor options, found by the engine
         raise SimInputError(f"hadw sim: {err}") from None

@@ -4,17 +4,19 @@ of Theorem 3, continuous rewards, and the figures. Every sub-command takes --jso
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from hadw.cli_lists import parse_floats, parse_ints
-from hadw.theory import binary, continuous, rectified
+
+# numpy, scipy and the theory modules are imported inside each command: registering `hadw bias` (and so
+# `hadw --help`) must not pay for them (tests/test_cli_startup.py).
 
 bias_app = typer.Typer(
     name="bias",
@@ -51,7 +53,7 @@ def _row(table: Table, *cells: str) -> None:
 
 
 def _fmt(x: float) -> str:
-    return "—" if not np.isfinite(x) else f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
+    return "—" if not math.isfinite(x) else f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
 
 
 def _check_groups(values: list[str]) -> list[int]:
@@ -79,6 +81,10 @@ def table_cmd(
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias (Lemma 2), degenerate-group probability and mis-estimation probability (Theorem 2) per G and p."""
+    import numpy as np
+
+    from hadw.theory import binary, rectified
+
     group_sizes = _check_groups(group_sizes)
     success_rates = parse_floats(success_rates, "--success-rate")
     if any(not 0 <= p <= 1 for p in success_rates) or eps < 0:
@@ -157,6 +163,8 @@ def average_cmd(
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Probability of a mis-estimate given S for p ~ Uniform[LO, HI], ε → 0 (Corollaries 1–3)."""
+    from hadw.theory import binary
+
     group_sizes = _check_groups(group_sizes)
     if direction not in binary.DIRECTIONS:
         raise typer.BadParameter(f"must be one of {binary.DIRECTIONS}", param_hint="'--direction'")
@@ -193,6 +201,8 @@ def lambda_cmd(
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """λ_scale range of Theorem 3 (via Lemma 1's c_low, c_high) for correct and incorrect responses."""
+    from hadw.theory import rectified
+
     _check_groups([group_size])
     try:
         li = rectified.lambda_interval(p_hat, anchor, group_size, margin, delta, eps)
@@ -228,6 +238,8 @@ def lambda_cmd(
 
 def parse_distribution(spec: str):
     """'beta:A,B' or 'truncnorm:MU,XI' → frozen scipy distribution on [0, 1]."""
+    from hadw.theory import continuous
+
     family, _, params = spec.partition(":")
     makers = {"beta": continuous.beta_rewards, "truncnorm": continuous.truncated_gaussian_rewards}
     try:
@@ -258,6 +270,10 @@ def continuous_cmd(
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Bias of the group-mean baseline for continuous rewards (Theorem 4, with the corrected 1/G)."""
+    import numpy as np
+
+    from hadw.theory import continuous
+
     group_sizes = _check_groups(group_sizes)
     if not 0 <= sigma < 1:
         raise typer.BadParameter("must lie in [0, 1)", param_hint="'--sigma'")

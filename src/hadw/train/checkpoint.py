@@ -1,7 +1,8 @@
 """Atomic checkpoints that resume a run bit-for-bit on CPU.
 
 checkpoint-000040/
-    model/               save_pretrained (weights, config, tokenizer): loadable on its own
+    model/               save_pretrained (weights, config, tokenizer): loadable on its own; with LoRA the
+                         adapter alone (adapter_config.json naming the base, adapter_model.safetensors)
     trainer_state.pt     optimiser, scheduler, RNG states (python, numpy, torch): tensors, numbers,
                          lists and dicts only, loaded with torch.load(weights_only=True), so a crafted
                          file cannot run code on --resume
@@ -340,6 +341,11 @@ def load_model_weights(model, model_dir: Path) -> None:
     or mismatched file is a CheckpointError naming it."""
     from safetensors.torch import load_file
 
+    from hadw.rollout.lora import ADAPTER_CONFIG, is_lora
+
+    if (model_dir / ADAPTER_CONFIG).is_file() or is_lora(model):
+        _load_adapter(model, model_dir)
+        return
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():  # sharded: the index maps each tensor to its shard file
         try:
@@ -368,6 +374,28 @@ def load_model_weights(model, model_dir: Path) -> None:
     if really_missing or unexpected:
         problem = f"do not match the model: missing {really_missing[:5]}, unexpected {list(unexpected)[:5]}"
         raise _fail(model_dir, "the weights", problem)
+
+
+def _load_adapter(model, model_dir: Path) -> None:
+    """A LoRA checkpoint's adapter weights into the training model's adapters, in place."""
+    from hadw.rollout.lora import ADAPTER_WEIGHTS, adapter_state, is_lora, load_adapter_weights
+
+    if not is_lora(model) or not (model_dir / ADAPTER_WEIGHTS).is_file():
+        saved = "a LoRA adapter" if (model_dir / ADAPTER_WEIGHTS).is_file() else "no LoRA adapter"
+        training = "LoRA adapters" if is_lora(model) else "every weight (no LoRA)"
+        raise _fail(model_dir, "the weights", f"hold {saved} but this run trains {training} (model.lora.enabled)")
+    try:
+        state = adapter_state(model_dir)
+    except Exception as err:
+        problem = f"is not a readable safetensors file ({_first_line(err)})"
+        raise _fail(model_dir / ADAPTER_WEIGHTS, "the file", problem) from None
+    try:
+        missing, unexpected = load_adapter_weights(model, state)
+    except RuntimeError as err:  # a tensor of another shape (another rank)
+        raise _fail(model_dir, "the adapter", f"does not match the model ({_first_line(err)})") from None
+    if missing or unexpected:
+        problem = f"does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        raise _fail(model_dir, "the adapter", problem)
 
 
 def _first_line(err: BaseException) -> str:

@@ -42,9 +42,7 @@ def train(
 ) -> None:
     """Train with GRPO / GSPO / DAPO (algorithm.preset), with or without HA-DW (hadw.enabled)."""
     from hadw.train.config import load_config
-    from hadw.train.trainer import NonFiniteLossError, Trainer
 
-    _quiet_transformers()
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
@@ -54,6 +52,10 @@ def train(
 
         typer.echo(render(cfg), nl=False)
         return
+    # after the config: a mistake in it is one line without transformers (tests/test_cli_startup.py)
+    from hadw.train.trainer import NonFiniteLossError, Trainer
+
+    _quiet_transformers()
     try:
         trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
         result = trainer.train()
@@ -84,12 +86,8 @@ def sft(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
 ) -> None:
     """SFT warm start on a built-in task, stopping at a target accuracy; saves a normal HF model."""
-    import torch
-
     from hadw.cli_lists import check_range, parse_ints
     from hadw.data import TASKS, DatasetError, make_fields
-    from hadw.rollout import build_tiny_model, load_model
-    from hadw.train.sft import SFTConfig, sft_warm_start
 
     # every option checked before a model is built or loaded: a bad one fails in a second, in one line
     check_range("--target-accuracy", target_accuracy, 0.0, 1.0)  # above 1 would never be reached
@@ -111,6 +109,12 @@ def sft(
         raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
     if model is not None and not (model.is_dir() and (model / "config.json").is_file()):
         raise typer.BadParameter(f"{model}: not a model folder (no config.json)", param_hint="'--model'")
+
+    # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
+    import torch
+
+    from hadw.rollout import build_tiny_model, load_model
+    from hadw.train.sft import SFTConfig, sft_warm_start
 
     _quiet_transformers()
     torch.manual_seed(seed)

@@ -2,29 +2,33 @@
 
     cfg = load_config("examples/grpo_hadw.yaml", ["hadw.enabled=true", "train.steps=50"])
 
-Every field has a default and a reason. `algorithm.preset` (grpo | gspo | dapo) fills the loss fields
-left at None with the paper's Table 8 values; `hadw.enabled` switches HA-DW on.
+Every field has a default and a reason (the comments beside it: hadw.train.config_docs, `hadw train
+--show-config`). `algorithm.preset` (grpo | gspo | dapo) fills the loss fields left at None with the paper's
+Table 8 values; `hadw.enabled` switches HA-DW on.
+
+Three layers: this module holds the schema and `load_config`, which puts the other two together: the strict
+YAML loader (hadw.train.config_yaml: files and `key=value` overrides) and the validation rules
+(hadw.train.config_checks). `validate` and `parse_yaml` can be imported from here too.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE, HADWOptions, LossSpec
-from hadw.core.anchors import BASE_ANCHORS
-from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
 from hadw.data.tasks import TINY_LEVELS, TINY_TASK, TINY_WARM_START_ACCURACY
 from hadw.errors import UserError
-from hadw.rollout import DECODERS
+
+if TYPE_CHECKING:
+    from hadw.core import HADWOptions, LossSpec
+
+# hadw.core (torch) is imported by the methods that need it (the loss, the anchor): reading a config file, and
+# its errors (an unknown key, a YAML mistake), stay as quick as `hadw --help` (tests/test_cli_startup.py).
 
 
 class ConfigError(UserError, ValueError):
@@ -48,6 +52,27 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (pip install 'hadw[lora]'): train low-rank adapters instead of every weight.
+    Checkpoints hold the adapter and its optimiser state (megabytes where a full one holds gigabytes); the KL
+    reference is the base model with the adapter switched off (no second copy); `hadw eval RUN_DIR` loads the
+    base and merges the adapter in (hadw.rollout.lora)."""
+
+    enabled: bool = False  # off: full fine-tuning, every weight trained (the paper's setting)
+    rank: int = 16  # r: the adapters' inner dimension; 8-64 is TRL's and verl's usual range
+    alpha: float = 32.0  # lora_alpha: the update is scaled by alpha / rank (2 × rank, the common choice)
+    # Dropout on the adapters' input while training (peft's lora_dropout). 0: the policy that samples (eval
+    # mode) is the one the loss scores, so the PPO ratio starts at exactly 1.
+    dropout: float = 0.0
+    # Layers that get adapters: "all-linear" (every linear layer but the output head, as in QLoRA and TRL's
+    # examples) or comma-separated module names, e.g. "q_proj,v_proj".
+    target_modules: str = "all-linear"
+    # Also write merged_model/ at the end: the base with the adapter merged in, a normal model folder for
+    # serving (vLLM, transformers) without peft. final_model/ keeps the adapter either way.
+    save_merged: bool = False
+
+
+@dataclass
 class ModelConfig:
     # A checkpoint folder (any HF causal LM) or a Hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded
     # with a progress bar when online, read from the cache offline); empty = build the tiny model.
@@ -63,6 +88,7 @@ class ModelConfig:
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     gradient_checkpointing: bool = False  # trade compute for memory on real models
     trust_remote_code: bool = False  # run the model repository's own Python code; only for repos you trust
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -173,6 +199,8 @@ class AlgorithmConfig:
 
     def loss_spec(self, max_new_tokens: int | None = None) -> LossSpec:
         """The loss of `preset` with the fields set here; norm_length defaults to max_new_tokens."""
+        from hadw.core import LOSS_PRESETS, LossSpec
+
         base = LOSS_PRESETS[self.preset]
         pick = lambda value, default: default if value is None else value
         return LossSpec(
@@ -232,6 +260,8 @@ class HADWConfig:
 
     def options(self) -> HADWOptions:
         """The one HA-DW schema of hadw.core (validated)."""
+        from hadw.core import HADWOptions
+
         return HADWOptions(self.enabled, self.lam, self.anchor, self.anchor_options(), normalize=self.normalize)
 
 
@@ -268,7 +298,10 @@ class TrainConfig:
 
 @dataclass
 class LoggingConfig:
-    progress: bool = True  # a progress bar with live reward / accuracy
+    # auto | bar | lines | off: a live bar (reward, accuracy) on a terminal and a plain line every 10 s elsewhere
+    # (a pipe, a Slurm log, CI), so a job without a terminal is never silent; hadw.progress. true = auto and
+    # false = off, the boolean of older configs.
+    progress: str = "auto"
     tensorboard: bool = False  # also write the metrics to <output_dir>/tensorboard (needs the tensorboard extra)
     wandb: bool = False  # also log to Weights & Biases (needs wandb and a login); --resume continues the W&B run
     wandb_project: str = "hadw"  # the W&B project of the run
@@ -312,7 +345,20 @@ def _serialisable(cfg: Config) -> Config:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Loading and validation
+# Loading: the loader and the checks import this module's schema, so they are imported when used.
+
+
+def __getattr__(name: str):
+    """`validate` and `parse_yaml` from their modules (the older import path `hadw.train.config` still works)."""
+    if name == "validate":
+        from hadw.train.config_checks import validate
+
+        return validate
+    if name == "parse_yaml":
+        from hadw.train.config_yaml import parse_yaml
+
+        return parse_yaml
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _known_keys(cls: type, prefix: str = "") -> list[str]:
@@ -354,6 +400,9 @@ def load_config(
     interpolate: resolve OmegaConf interpolations (${train.seed}, ${oc.env:VAR}) in the file and the
     overrides. Off by default: a `${...}` in a value is literal text (a template, a path), and the
     environment never leaks into config.yaml or folder names unless asked for."""
+    from hadw.train.config_checks import validate
+    from hadw.train.config_yaml import _expected, _load_yaml, _override, _value_at
+
     merged = OmegaConf.structured(Config)
     sources = []
     if path:
@@ -376,9 +425,18 @@ def load_config(
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except Exception as err:  # an interpolation that cannot resolve (only with interpolate=True)
         raise ConfigError(f"cannot resolve the config: {' '.join(str(err).split())[:300]}") from None
-    cfg = resolve_recipe(cfg)
+    cfg = resolve_recipe(_normalized(cfg))
     validate(cfg)
     return cfg
+
+
+def _normalized(cfg: Config) -> Config:
+    """cfg with the spellings a field accepts written its one way: logging.progress true/false (a YAML boolean,
+    read as the text "True") as auto/off, so config.yaml says which mode ran."""
+    from hadw.progress import normalize_mode
+
+    mode = normalize_mode(cfg.logging.progress)
+    return replace(cfg, logging=replace(cfg.logging, progress=mode)) if mode else cfg
 
 
 def resolve_recipe(cfg: Config) -> Config:
@@ -391,398 +449,6 @@ def resolve_recipe(cfg: Config) -> Config:
     functions = list(cfg.reward.functions) or [recipe.reward]
     correctness = cfg.reward.correctness or functions[0]
     return replace(cfg, data=data, reward=replace(cfg.reward, functions=functions, correctness=correctness))
-
-
-# A real config holds a few hundred values; far more is a YAML alias bomb ("billion laughs").
-MAX_YAML_VALUES = 100_000
-MAX_CONFIG_BYTES = 1 << 20
-_DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-class _DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, key: object, line: int, first: int):
-        super().__init__(f"duplicate key {key!r} (first at line {first})")
-        self.key, self.line, self.first = key, line, first
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader (no Python tags: a !!python/object never runs) that refuses a key given twice in
-    one mapping, where YAML would silently keep the last."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[object, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise _DuplicateKeyError(key, key_node.start_mark.line + 1, first)
-        return super().construct_mapping(node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
-# YAML 1.2 floats (1e-6 without a dot), as OmegaConf's own loader reads them
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-        r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str, where: str) -> Any:
-    """YAML text -> Python data, safely: no Python tags, no duplicate keys, no alias bomb, no stack overflow.
-    Raises ConfigError naming `where` (a file, an override) and the line."""
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
-    except _DuplicateKeyError as err:
-        raise ConfigError(
-            f"{where}:{err.line}: duplicate key {err.key!r} (first at line {err.first}); give each "
-            "key once (YAML would silently keep the last)"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{where}: nested too deeply to be a config") from None
-    _check_size(data, where)
-    return data
-
-
-def _check_size(data: Any, where: str) -> None:
-    """ConfigError when data expands to more than MAX_YAML_VALUES values (aliases count each time used)."""
-    stack, count = [data], 0
-    while stack:
-        item = stack.pop()
-        count += 1
-        if count > MAX_YAML_VALUES:
-            raise ConfigError(
-                f"{where}: expands to more than {MAX_YAML_VALUES} values (repeated YAML aliases, an alias bomb); "
-                "write the values out"
-            )
-        if isinstance(item, dict):
-            stack += [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            stack += item
-
-
-def _literal(data: Any) -> Any:
-    """Every `${` in a string escaped for OmegaConf (`\\${`), so it stays literal text."""
-    if isinstance(data, str):
-        return data.replace("${", "\\${")
-    if isinstance(data, dict):
-        return {k: _literal(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_literal(v) for v in data]
-    return data
-
-
-def _override(item: str, interpolate: bool):
-    """One `key=value` override as an OmegaConf mapping. The value is YAML (numbers, lists, booleans); text
-    that is not YAML (`{question} Answer:`) is taken as a string, except an unclosed list."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
-    key, value = item.split("=", 1)
-    key = key.strip()
-    if not _DOTTED_KEY.fullmatch(key):
-        raise ConfigError(f"override {item!r}: {key!r} is not a dotted key like train.steps")
-    try:
-        parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else ""  # a SafeLoader
-        _check_size(parsed, f"override {item!r}")
-    except (yaml.YAMLError, RecursionError) as err:
-        if value.lstrip().startswith("["):
-            problem = getattr(err, "problem", None) or type(err).__name__
-            raise ConfigError(f"override {item!r}: not a valid YAML list ({problem}); write e.g. {key}=[1,2]") from None
-        parsed = value  # e.g. data.template={question} Answer:
-    if isinstance(parsed, float) and value.strip().lower() in (".nan", "nan"):
-        parsed = math.nan
-    source = OmegaConf.create()
-    try:
-        OmegaConf.update(source, key, parsed if interpolate else _literal(parsed), force_add=True)
-    except Exception as err:
-        problem = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"override {item!r}: {problem}") from None
-    _check_sections(OmegaConf.to_container(source, resolve=False), f"override {item!r}")
-    return source
-
-
-def _check_sections(data: Any, where: str, node: Any = Config, prefix: str = "") -> None:
-    """ConfigError when a section (train, data.fields, ...) is given a value instead of its keys."""
-    import typing
-
-    if not isinstance(data, dict) or not is_dataclass(node):
-        return
-    hints = typing.get_type_hints(node)
-    for key, value in list(data.items()):
-        section = hints.get(key) if isinstance(key, str) else None
-        if section is None or not is_dataclass(section):
-            continue
-        if value is None:  # `train:` with nothing under it: an empty section
-            del data[key]
-            continue
-        if not isinstance(value, dict):
-            keys = ", ".join(f.name for f in fields(section))
-            raise ConfigError(
-                f"{where}: {prefix}{key} is a section ({keys}), not a value; set one of its keys, e.g. "
-                f"{prefix}{key}.{fields(section)[0].name}=..."
-            )
-        _check_sections(value, where, section, f"{prefix}{key}.")
-
-
-def _expected(key: str) -> str:
-    """What the Config field at dotted `key` holds, in words."""
-    import typing
-
-    node: Any = Config
-    for part in key.split("."):
-        hints = typing.get_type_hints(node) if is_dataclass(node) else {}
-        if part not in hints:
-            return "another type"
-        node = hints[part]
-    if is_dataclass(node):
-        return f"a section of keys ({', '.join(f.name for f in fields(node))})"
-    return f"a {getattr(node, '__name__', None) or node}"
-
-
-def _value_at(source, key: str) -> Any:
-    try:
-        return OmegaConf.to_container(OmegaConf.select(source, key, default=None), resolve=False)
-    except Exception:
-        return OmegaConf.select(source, key, default=None)
-
-
-def _yaml_error(path: str, err: yaml.YAMLError) -> str:
-    """One line: where the YAML broke and the usual cause (an unquoted value with {, }, : or #)."""
-    mark = getattr(err, "problem_mark", None)
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    return (
-        f"{where}: not valid YAML ({problem}); quote values that contain {{ }} : or #, "
-        'e.g. template: "{question} Answer:"'
-    )
-
-
-def _check_template(template: str) -> None:
-    from hadw.data.templates import TEMPLATES, fill_template
-
-    if template in TEMPLATES:
-        return
-    what = f"data.template={template!r} is neither a template name ({', '.join(TEMPLATES)}) nor a format string"
-    if "{question}" not in template:
-        raise ConfigError(f"{what} with {{question}}")
-    try:
-        fill_template("x", template)
-    except (ValueError, KeyError, IndexError) as err:
-        raise ConfigError(f"{what}: {type(err).__name__}: {err}; write literal braces as {{{{ }}}}") from None
-
-
-def _load_yaml(path: Path, interpolate: bool = False):
-    """The YAML file as an OmegaConf mapping; every way it can be wrong is a one-line ConfigError."""
-    if path.is_dir():
-        raise ConfigError(f"config file {path} is a directory; pass a YAML file")
-    if not path.is_file():
-        what = "not a regular file" if path.exists() else "not found"
-        raise ConfigError(f"config file {what}: {path}" + ("; pass a YAML file" if path.exists() else ""))
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path} is {path.stat().st_size} bytes; a config is at most {MAX_CONFIG_BYTES}")
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8-sig")  # a UTF-8 BOM is accepted
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#x})") from None
-    except OSError as err:
-        raise ConfigError(f"config file {path}: {err.strerror}") from None
-    try:
-        data = parse_yaml(text, str(path))
-    except yaml.YAMLError as err:
-        raise ConfigError(_yaml_error(str(path), err)) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (model:, data:, ...), got a {type(data).__name__}")
-    _check_sections(data, str(path))
-    try:
-        return OmegaConf.create(data if interpolate else _literal(data))
-    except Exception as err:  # e.g. non-string keys
-        raise ConfigError(f"{path}: {str(err).splitlines()[0]}") from None
-
-
-def _choice(key: str, value: Any, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
-
-
-def _range(key: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ConfigError(f"{key}={value} is out of range; allowed: [{low}, {high}]")
-
-
-def _above(key: str, value: float, low: float) -> None:
-    if not value > low:
-        raise ConfigError(f"{key}={value} is not allowed; must be > {low:g}")
-
-
-def validate(cfg: Config) -> None:
-    """Check every enumerated and bounded field; the message names the key and the allowed values."""
-    a, r, t = cfg.algorithm, cfg.rollout, cfg.train
-    if cfg.model.dtype != "float32":
-        raise ConfigError(
-            f"model.dtype={cfg.model.dtype!r} would train {cfg.model.dtype} weights directly (AdamW updates below "
-            "its resolution are lost); keep model.dtype=float32 and set model.compute_dtype=bfloat16 for "
-            "mixed precision"
-        )
-    _choice("model.compute_dtype", cfg.model.compute_dtype, ("float32", "bfloat16"))
-    _choice("model.device", cfg.model.device, ("auto", "cpu", "cuda"))
-    _choice("model.tiny.arch", cfg.model.tiny.arch, ("qwen2", "llama"))
-    _choice("algorithm.preset", a.preset, tuple(LOSS_PRESETS))
-    _choice("algorithm.advantage", a.advantage, tuple(sorted(ADVANTAGE_ESTIMATORS)))
-    _choice("algorithm.std", a.std, ("population", "sample"))
-    if a.policy_loss is not None:
-        _choice("algorithm.policy_loss", a.policy_loss, tuple(POLICY_LOSSES))
-    if a.aggregation is not None:
-        _choice("algorithm.aggregation", a.aggregation, AGGREGATIONS)
-    _choice("algorithm.kl_estimator", a.kl_estimator, ("k1", "k2", "k3"))
-    _choice("algorithm.overlong", a.overlong, ("none", "mask", "penalty"))
-    _choice("hadw.anchor", cfg.hadw.anchor, tuple(ANCHORS))
-    _choice("hadw.normalize", cfg.hadw.normalize, NORMALIZE)
-    _choice("optim.name", cfg.optim.name, ("adamw", "sgd"))
-    _range("algorithm.advantage_scale", a.advantage_scale, 1e-6, 1e6)
-    _choice("data.chat_template", cfg.data.chat_template, ("auto", "always", "never"))
-    _check_template(cfg.data.template)
-    _check_data_fields(cfg.data)
-    _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
-    _choice("rollout.decoder", r.decoder, DECODERS)
-    _range("rollout.group_size", r.group_size, 2, 1 << 16)
-    _range("rollout.temperature", r.temperature, 0.0, 10.0)
-    _range("rollout.top_p", r.top_p, 1e-6, 1.0)
-    _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)
-    if r.memory_budget_gb is not None:
-        _above("rollout.memory_budget_gb", r.memory_budget_gb, 0.0)
-    _range("hadw.lam", cfg.hadw.lam, 1e-6, 100.0)
-    _range("hadw.fixed_value", cfg.hadw.fixed_value, 0.0, 1.0)
-    _range("hadw.ema_alpha", cfg.hadw.ema_alpha, 1e-6, 1.0)
-    _range("hadw.window_k", cfg.hadw.window_k, 1, 1 << 20)
-    _above("optim.lr", cfg.optim.lr, 0.0)
-    _range("optim.lr", cfg.optim.lr, 0.0, 1.0)
-    _range("optim.grad_clip", cfg.optim.grad_clip, 0.0, 1e9)
-    _range("optim.eps", cfg.optim.eps, 0.0, 1.0)
-    _range("optim.weight_decay", cfg.optim.weight_decay, 0.0, 1e9)
-    _range("optim.warmup_steps", cfg.optim.warmup_steps, 0, 1 << 30)
-    if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
-        raise ConfigError(f"optim.betas={list(cfg.optim.betas)} is not allowed; allowed: two numbers in [0, 1)")
-    for key in ("clip_low", "clip_high"):
-        if getattr(a, key) is not None:
-            _range(f"algorithm.{key}", getattr(a, key), 0.0, 1e9)
-    _range("algorithm.kl_coef", a.kl_coef, 0.0, 1e9)
-    _range("algorithm.entropy_coef", a.entropy_coef, -1e9, 1e9)
-    _range("algorithm.max_refill_rounds", a.max_refill_rounds, 0, 1 << 20)
-    _range("algorithm.overlong_buffer", a.overlong_buffer, 0, 1 << 20)
-    if a.norm_length is not None:
-        _range("algorithm.norm_length", a.norm_length, 1, 1 << 24)
-    _range("rollout.top_k", r.top_k, 0, 1 << 30)
-    _range("hadw.kalman_m", cfg.hadw.kalman_m, 1, 1 << 20)
-    _range("hadw.kalman_eta", cfg.hadw.kalman_eta, 0.0, 1e9)
-    _range("hadw.kalman_eta_min", cfg.hadw.kalman_eta_min, 0.0, 1.0)
-    _choice("hadw.anchor_base", cfg.hadw.anchor_base, tuple(BASE_ANCHORS))
-    _range("hadw.prompt_visits", cfg.hadw.prompt_visits, 1, 1 << 20)
-    _range("hadw.prompt_max", cfg.hadw.prompt_max, 1, 1 << 40)
-    try:
-        cfg.hadw.options()  # the anchor's own checks (hadw.core.HADWOptions)
-    except ValueError as err:
-        raise ConfigError(f"hadw.*: {err}") from None
-    _range("checkpoint.every", cfg.checkpoint.every, 0, 1 << 30)
-    _range("checkpoint.keep_last", cfg.checkpoint.keep_last, 1, 1 << 30)
-    _range("train.eval_every", t.eval_every, 0, 1 << 30)
-    _range("train.num_threads", t.num_threads, 0, 4096)
-    _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
-    _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
-    _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)
-    _range("data.max_prompt_tokens", cfg.data.max_prompt_tokens, 0, 1 << 30)
-    if cfg.data.limit is not None:
-        _range("data.limit", cfg.data.limit, 1, 1 << 40)
-    _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
-    _range("reward.timeout_s", cfg.reward.timeout_s, 0.0, 1e6)  # finite: inf would disable the bound
-    _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
-    _check_data(cfg.data)
-    if not cfg.train.output_dir.strip():
-        raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")
-    _range("train.steps", t.steps, 0, 1 << 30)
-    _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
-    _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)
-    _range("train.ppo_epochs", t.ppo_epochs, 1, 100)
-    _range("train.micro_batch_size", t.micro_batch_size, 0, 1 << 20)
-    rw = cfg.reward
-    if len(set(rw.functions)) != len(rw.functions):
-        raise ConfigError(
-            f"reward.functions={list(rw.functions)} names a reward twice; give each once (weigh it with reward.weights)"
-        )
-    if rw.weights is not None and not all(math.isfinite(w) for w in rw.weights):
-        raise ConfigError(f"reward.weights={list(rw.weights)} is not allowed; allowed: finite numbers")
-    if rw.weights is not None and len(rw.weights) != len(rw.functions):
-        raise ConfigError(f"reward.weights has {len(rw.weights)} entries but reward.functions has {len(rw.functions)}")
-    if rw.correctness not in rw.functions:
-        raise ConfigError(f"reward.correctness={rw.correctness!r} must be one of reward.functions {rw.functions}")
-    for name in rw.isolated:
-        if name not in rw.functions or ":" not in name:
-            raise ConfigError(
-                f"reward.isolated: {name!r} must be an import path (module:function) in reward.functions {rw.functions}"
-            )
-    for i, name in enumerate(rw.functions):
-        _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
-
-
-def _check_data(data: DataConfig) -> None:
-    """Task names and levels are known before any model is loaded (templates: _check_template; layout and
-    fields: _check_data_fields)."""
-    from hadw.data import TASKS
-
-    for key in ("source", "eval_source"):
-        value = getattr(data, key)
-        if not value and key == "eval_source":
-            continue
-        if not value.strip():
-            raise ConfigError(f"data.{key} is empty; allowed: task:<name>, benchmark:<name>, or a file path")
-        if value.startswith("task:"):
-            name = value.split(":", 1)[1]
-            _choice(f"data.{key}", value, tuple(f"task:{t}" for t in TASKS))
-            if data.levels is not None:
-                allowed = TASKS[name].levels
-                bad = [level for level in data.levels if level not in allowed]
-                if bad or not data.levels:
-                    raise ConfigError(
-                        f"data.levels={list(data.levels)} is not allowed for task {name!r}; allowed: {list(allowed)}"
-                    )
-
-
-def _check_data_fields(data: DataConfig) -> None:
-    """data.layout: "auto", a known layout or (from Python) a FieldMap; data.fields: prompt and answer together."""
-    from hadw.data import LAYOUTS, DatasetError, FieldMap, make_fields
-
-    if isinstance(data.layout, FieldMap):
-        if data.fields.prompt or data.fields.answer:
-            raise ConfigError("data.layout is a FieldMap and data.fields is set too; give one of them")
-        return
-    _choice("data.layout", data.layout, ("auto", *LAYOUTS))
-    f = data.fields
-    try:
-        make_fields(data.layout, f.prompt, f.answer, f.level, f.uid)
-    except DatasetError as err:
-        raise ConfigError(str(err)) from None
-
-
-def _check_reward(key: str, name: str, isolated: bool) -> None:
-    """A registered name, or an import path that imports (the user's module is imported now)."""
-    from hadw.rewards import REWARDS, is_import_path, resolve_reward
-
-    if not is_import_path(name):
-        _choice(key, name, (*REWARDS, "or an import path module:function"))
-        return
-    try:
-        resolve_reward(name, isolated)
-    except ValueError as err:
-        raise ConfigError(f"{key}={name!r}: {err}") from None
 
 
 def config_to_yaml(cfg: Config) -> str:

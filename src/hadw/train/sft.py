@@ -78,10 +78,11 @@ def sft_warm_start(
     tokenizer,
     cfg: SFTConfig,
     log: Callable[[dict[str, float]], None] | None = None,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
 ) -> SFTResult:
     """Train `model` in place until greedy accuracy ≥ cfg.target_accuracy (or a step/time budget).
-    progress: a rich progress bar over the step budget (None: when stderr is a terminal)."""
+    progress: the progress display over the step budget, a hadw.progress mode (auto | bar | lines | off;
+    None or True: auto, a bar on a terminal and plain lines elsewhere; False: off)."""
     # The held-out rule of hadw.data.sources: a task's evaluation stream, or a file's first rows.
     spec = cfg.source or f"task:{cfg.task}"
     if spec.startswith("task:"):
@@ -96,7 +97,7 @@ def sft_warm_start(
     rng = random.Random(cfg.seed)
     start, history, accuracy, step = time.perf_counter(), [], 0.0, 0
     model.train()
-    bar = Bar(cfg.max_steps, "sft", enabled=progress)
+    bar = Bar(cfg.max_steps, "sft", mode=progress, unit="step")
     for step in range(1, cfg.max_steps + 1):
         batch = [train_stream[rng.randrange(draw)] for _ in range(cfg.batch_size)]
         ids, mask, labels = to_model_device(model, *_encode(tokenizer, batch, cfg.template))

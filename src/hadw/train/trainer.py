@@ -38,6 +38,7 @@ from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.base import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.lora import is_lora, reference_policy
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, open_append
 from hadw.train.checkpoint import (
@@ -138,15 +139,15 @@ def _step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 
 def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
-    """optim.name's optimiser over the model's parameters: AdamW (the default, as before) or plain SGD."""
+    """optim.name's optimiser over the model's trainable parameters (every weight; with LoRA the adapters
+    only, so a checkpoint holds their optimiser state alone): AdamW (the default, as before) or plain SGD."""
     o = cfg.optim
+    params = [p for p in model.parameters() if p.requires_grad]
     fused = device.type in ("cpu", "cuda")  # one kernel, no per-step copies of every weight (as TRL)
     if o.name == "sgd":  # no momentum: the step is lr × gradient, so a factor on the advantages is a factor on it
-        return torch.optim.SGD(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
     betas = tuple(o.betas)
-    return torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused
-    )
+    return torch.optim.AdamW(params, lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused)
 
 
 def warmup_lambda(warmup_steps: int):
@@ -211,12 +212,17 @@ class Trainer:
             if isinstance(err, UserError):
                 raise
             raise ConfigError(f"data.source={cfg.data.source!r}: {err}") from None
+        base = cfg.model.path or None
         if model is None:
-            model, tokenizer = self._load_model()
+            model, tokenizer, base = self._load_model()
+        if cfg.model.lora.enabled and not is_lora(model):
+            model = self._add_lora(model, base)
         _check_master_weights(model)
         self.model, self.tokenizer = model, tokenizer
         self.device = model_device(model)
-        self.ref_model = self._load_reference() if cfg.algorithm.kl_coef > 0 else None
+        self._kl = cfg.algorithm.kl_coef > 0
+        # The KL reference: a frozen copy of the start weights; with LoRA the base itself, adapters switched off
+        self.ref_model = self._load_reference() if self._kl and not is_lora(model) else None
         self.engine = HFRolloutEngine(
             model,
             tokenizer,
@@ -426,7 +432,25 @@ class Trainer:
             raise ConfigError(f"model.path={path}: cannot load the model: {model_load_error(err)}") from None
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        return model, tokenizer
+        return model, tokenizer, path
+
+    def _add_lora(self, model, base):
+        """`model` with fresh LoRA adapters (model.lora.*); the base weights stay frozen."""
+        try:
+            from hadw.rollout.lora import LoraSettings, add_lora
+
+            lora = self.cfg.model.lora
+            settings = LoraSettings(lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+            model = add_lora(model, settings, base or getattr(model, "name_or_path", None))
+        except ImportError as err:
+            from hadw.errors import missing_extra
+
+            raise missing_extra(err, "model.lora.enabled=true", "lora") or err from None
+        except ValueError as err:  # e.g. target modules the model does not have
+            raise ConfigError(f"model.lora: {' '.join(str(err).split())[:300]}") from None
+        if self.cfg.model.gradient_checkpointing:  # checkpointed blocks need an input that requires grad
+            model.enable_input_require_grads()
+        return model
 
     def autocast(self) -> AbstractContextManager:
         """Forward passes in model.compute_dtype (mixed precision); a no-op in float32."""
@@ -547,6 +571,9 @@ class Trainer:
             data.old_logprobs = self._score(self.model, data)
         if self.ref_model is not None:
             data.ref_logprobs = self._score(self.ref_model, data)
+        elif self._kl:  # LoRA: the base model is the reference
+            with reference_policy(self.model) as base:
+                data.ref_logprobs = self._score(base, data)
         return data
 
     def _score(self, model, data: MiniBatch) -> torch.Tensor:
@@ -734,11 +761,13 @@ class Trainer:
             self.cfg.checkpoint.keep_last,
         )
 
-    def train(self, progress: bool | None = None) -> TrainResult:
+    def train(self, progress: bool | str | None = None) -> TrainResult:
+        """Train to cfg.train.steps. progress: a hadw.progress mode (auto | bar | lines | off, or a bool) that
+        overrides cfg.logging.progress; None keeps it."""
         cfg = self.cfg
         show = cfg.logging.progress if progress is None else progress
         desc = f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}"
-        bar = Bar(cfg.train.steps, desc, initial=self.start_step, enabled=show)
+        bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
@@ -817,4 +846,18 @@ class Trainer:
         self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         replace_dir(tmp, final)
+        fsync_path(self.run_dir)
+        if is_lora(self.model) and self.cfg.model.lora.save_merged:
+            self._save_merged_model(final)
+
+    def _save_merged_model(self, adapter_dir: Path) -> None:
+        """merged_model/: the base with final_model/'s adapter merged in, a normal model folder. Built from the
+        saved files on the CPU, so the training device never holds a second copy of the weights."""
+        merged_dir = self.run_dir / "merged_model"
+        tmp = self.run_dir / f".final_model.tmp-merged{os.getpid()}"  # _clean_leftovers' pattern
+        shutil.rmtree(tmp, ignore_errors=True)
+        merged, tokenizer = load_model(adapter_dir, self.cfg.model.dtype, "cpu")
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        replace_dir(tmp, merged_dir)
         fsync_path(self.run_dir)

@@ -1,0 +1,116 @@
+"""LoRA adapters through peft (the library TRL uses; pip install 'hadw[lora]'): the one home of hadw's LoRA.
+
+    model = add_lora(model, LoraSettings(rank=16, alpha=32), base="path/to/base")   # the trainer
+    with reference_policy(model): ...    # the adapter switched off: the base model, KL's reference (no copy)
+    model.save_pretrained(folder)        # adapter_config.json + adapter_model.safetensors: megabytes, not gigabytes
+    model, tokenizer = load_model(folder)   # hadw.rollout.load_model: base + adapter, merged for generation
+
+An adapter folder names its base model (adapter_config.json's base_model_name_or_path); the trainer writes it as
+an absolute path (or the Hub id), so `hadw eval RUN_DIR` finds the base from any working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ALL_LINEAR = "all-linear"  # peft: every linear layer but the output head
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """peft.LoraConfig's fields that hadw sets (the trainer's model.lora.*)."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: str = ALL_LINEAR  # "all-linear" or comma-separated module names (q_proj,v_proj)
+
+
+def target_list(target_modules: str) -> str | list[str]:
+    """peft's target_modules from hadw's text: "all-linear" as is, else the comma-separated names."""
+    text = target_modules.strip()
+    return ALL_LINEAR if text == ALL_LINEAR else [t.strip() for t in text.split(",") if t.strip()]
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A folder peft's save_pretrained wrote (an adapter without the base weights)."""
+    path = Path(path)
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def is_lora(model: Any) -> bool:
+    """A peft model (adapters attached)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def add_lora(model, settings: LoraSettings, base: str | Path | None = None):
+    """`model` with fresh LoRA adapters (peft.get_peft_model); only the adapters require gradients. base: the
+    folder or Hub id the base weights come from, written into the adapter's config (a folder as an absolute path)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=target_list(settings.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    peft_model = get_peft_model(model, config)
+    if base is not None:
+        local = Path(base)
+        peft_model.peft_config["default"].base_model_name_or_path = (
+            str(local.resolve()) if local.exists() else str(base)
+        )
+    return peft_model
+
+
+@contextlib.contextmanager
+def reference_policy(model) -> Iterator[Any]:
+    """The base model, the adapter switched off, for the KL term's reference log-probs: no second copy of the
+    weights (TRL and verl do the same with a LoRA policy)."""
+    with model.disable_adapter():
+        yield model
+
+
+def adapter_base(adapter_dir: Path) -> str:
+    """The base model an adapter folder names; ValueError with the file when it names none."""
+    try:
+        base = json.loads((adapter_dir / ADAPTER_CONFIG).read_text(encoding="utf-8"))["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{adapter_dir / ADAPTER_CONFIG}: names no base model ({type(err).__name__})") from None
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{adapter_dir / ADAPTER_CONFIG}: names no base model")
+    return base
+
+
+def attach_adapter(model, adapter_dir: Path, merge: bool = True):
+    """`model` (the base) with the adapter of `adapter_dir`; merged into its weights (a plain model, for
+    generation: every decoder works on it) unless merge=False (a peft model, e.g. to train on)."""
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=not merge)
+    return peft_model.merge_and_unload() if merge else peft_model
+
+
+def adapter_state(adapter_dir: Path) -> dict[str, Any]:
+    """The adapter weights saved in `adapter_dir` (peft's key names, without the adapter name)."""
+    from safetensors.torch import load_file
+
+    return load_file(adapter_dir / ADAPTER_WEIGHTS)
+
+
+def load_adapter_weights(model, state: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Load saved adapter weights into a peft model in place (the optimiser keeps its parameters); returns the
+    (missing adapter keys, unexpected keys)."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(model, state)
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    return missing, list(result.unexpected_keys)

@@ -1,0 +1,185 @@
+"""LoRA through peft on the native trainer (model.lora.*): adapters trained, base frozen; the KL reference is the
+base with the adapter switched off; checkpoints hold the adapter and its optimiser state; resume is bit-exact;
+`hadw eval RUN_DIR` loads base + adapter; merged_model/ on request."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hadw.rewards import RewardFunction, register_reward
+from hadw.rewards.base import REWARDS
+from hadw.rollout import compute_logprobs, load_model
+from hadw.rollout.lora import is_lora, reference_policy
+from hadw.train.config import ConfigError, load_config
+from hadw.train.trainer import Trainer
+
+pytest.importorskip("peft")
+
+
+def _has_digit(completion: str, answer: str) -> float:
+    """A reward the random tiny model earns now and then: every group is not all-zero, so there is a gradient."""
+    return float(any(c.isdigit() for c in completion))
+
+
+if "test_lora_digit" not in REWARDS:
+    register_reward(RewardFunction("test_lora_digit", _has_digit))
+
+
+def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:
+    return [
+        f"model.path={tiny_path}",
+        "data.source=task:addition",
+        "data.template=plain",
+        "data.chat_template=never",
+        "data.eval_size=4",
+        "reward.functions=[test_lora_digit]",
+        "reward.correctness=test_lora_digit",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=5",
+        "train.prompts_per_step=4",
+        "train.mini_batch_prompts=2",
+        f"train.output_dir={out_dir}",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=0",
+        "logging.progress=off",
+        "logging.sample_every=0",
+        "train.num_threads=1",
+        "model.lora.enabled=true",
+        "model.lora.rank=4",
+        "algorithm.kl_coef=0.05",
+        *extra,
+    ]
+
+
+def _logprobs(model, ids: torch.Tensor) -> torch.Tensor:
+    mask = torch.ones_like(ids)
+    response = torch.ones(ids.shape[0], 5, dtype=torch.long)  # the last 5 tokens are the response
+    with torch.no_grad():
+        return compute_logprobs(model, ids, mask, response, temperature=1.0)
+
+
+def test_lora_trains_the_adapters_only_with_the_base_as_kl_reference(tiny_path, tmp_path):
+    trainer = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=2", "checkpoint.every=1")))
+    assert is_lora(trainer.model) and trainer.ref_model is None  # no second copy of the weights
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert adapters and all("lora_" in n for n in adapters)
+    trainer.train()
+
+    after = dict(trainer.model.named_parameters())
+    assert all(torch.equal(after[n], p) for n, p in base.items())  # the base is frozen
+    assert any(not torch.equal(after[n], p) for n, p in adapters.items())  # the adapters moved
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["actor/kl_loss"]) for r in records) and records[-1]["actor/kl_loss"] > 0
+
+    # the reference: the adapter switched off is exactly the base model as loaded from its folder
+    ids = torch.randint(3, 60, (2, 9))
+    fresh, _ = load_model(tiny_path, device="cpu")
+    with reference_policy(trainer.model) as reference:
+        assert torch.equal(_logprobs(reference, ids), _logprobs(fresh, ids))
+    assert not torch.equal(_logprobs(trainer.model, ids), _logprobs(fresh, ids))
+
+    # a checkpoint holds the adapter and the adapters' optimiser state only
+    folder = tmp_path / "run" / "checkpoint-000002" / "model"
+    assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").exists()
+    assert set(load_file(folder / "adapter_model.safetensors")) and all(
+        "lora_" in k for k in load_file(folder / "adapter_model.safetensors")
+    )
+    optimizer = torch.load(folder.parent / "trainer_state.pt", weights_only=True)["optimizer"]
+    assert len(optimizer["state"]) == len(adapters)
+
+
+def test_lora_resume_is_bit_for_bit(tiny_path, tmp_path):
+    straight = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "a", "train.steps=4", "hadw.enabled=true")))
+    straight.train()
+    first = Trainer(load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=2", "hadw.enabled=true")))
+    first.train()
+    resumed = Trainer(
+        load_config(None, _overrides(tiny_path, tmp_path / "b", "train.steps=4", "hadw.enabled=true")), resume=True
+    )
+    assert resumed.start_step == 2
+    resumed.train()
+    for (name, p), (_, q) in zip(straight.model.named_parameters(), resumed.model.named_parameters(), strict=True):
+        assert torch.equal(p, q), name
+    a = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["actor/pg_loss"] for r in a] == [r["actor/pg_loss"] for r in b]
+
+
+def test_eval_of_a_lora_run_loads_base_plus_adapter_and_merged_model_matches(tiny_path, tmp_path):
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+    from hadw.eval.run_recipe import read_run
+
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(None, _overrides(tiny_path, run, "train.steps=1", "model.lora.save_merged=true")))
+    trainer.train()
+    assert read_run(run).model == run / "final_model"
+    merged, _ = load_model(run / "final_model", device="cpu")  # base + adapter, merged: a plain model
+    assert not is_lora(merged)
+    ids = torch.randint(3, 60, (2, 9))
+    trained = _logprobs(trainer.model, ids)
+    torch.testing.assert_close(_logprobs(merged, ids), trained, atol=1e-5, rtol=0)
+    saved, _ = load_model(run / "merged_model", device="cpu")  # model.lora.save_merged: a normal model folder
+    assert (run / "merged_model" / "config.json").is_file()
+    torch.testing.assert_close(_logprobs(saved, ids), trained, atol=1e-5, rtol=0)
+
+    result = CliRunner().invoke(build_app(), ["eval", str(run), "--limit", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "final_model" in result.output
+
+
+def test_an_adapter_whose_base_is_gone_is_one_line(tiny_path, tmp_path):
+    from hadw.rollout.models import ModelNotFoundError
+
+    run = tmp_path / "run"
+    Trainer(load_config(None, _overrides(tiny_path, run, "train.steps=1"))).train()
+    config = run / "final_model" / "adapter_config.json"
+    data = json.loads(config.read_text())
+    data["base_model_name_or_path"] = str(tmp_path / "gone")
+    config.write_text(json.dumps(data))
+    with pytest.raises(ModelNotFoundError, match="LoRA adapter whose base model .*gone is not there"):
+        load_model(run / "final_model")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.lora.rank=0", "model.lora.rank=0 is out of range"),
+        ("model.lora.dropout=1", "model.lora.dropout=1.0 is out of range"),
+        ("model.lora.target_modules=", "model.lora.target_modules is empty"),
+        ("rollout.decoder=fused", "cannot sample from a LoRA policy"),
+    ],
+)
+def test_lora_settings_are_checked(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["model.lora.enabled=true", override])
+
+
+def test_lora_without_peft_is_one_line_naming_the_extra(tiny_path, tmp_path, monkeypatch):
+    import sys
+
+    from hadw.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` fails as when it is not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'hadw\[lora\]'"):
+        Trainer(load_config(None, _overrides(tiny_path, tmp_path / "run", "train.steps=1")))
+
+
+def test_lora_with_gradient_checkpointing_trains_the_adapters(tiny_path, tmp_path):
+    """LoRA and gradient checkpointing together still train the adapters. (transformers 5 checkpoints without
+    re-entrance; with 4.x's re-entrant default the frozen embeddings' output needs requires_grad, which the trainer
+    sets: enable_input_require_grads.)"""
+    extra = ["train.steps=2", "model.gradient_checkpointing=true", "algorithm.kl_coef=0"]
+    cfg = load_config(None, _overrides(tiny_path, tmp_path / "run", *extra))
+    trainer = Trainer(cfg)
+    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(after[n], p) for n, p in adapters.items())
