@@ -89,6 +89,23 @@ def _context() -> str:
     return f"Run: {datetime.date.today()}, commit {commit or '?'}, {versions}; load average at the report {load}."
 
 
+def tables(raw: dict) -> dict[str, str]:
+    """lora_vs_full.md's table from the raw per-arm figures (benchmarks/raw_tables.py)."""
+    lines = [
+        "| arm | greedy before | greedy after | reward, first 3 steps | reward, last 3 steps | s / step (median) "
+        "| peak RSS GiB | checkpoint MiB | final_model MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in raw["runs"]:
+        curve, per_step = r["reward_curve"], [s for s in r["seconds_per_step"] if s == s]
+        lines.append(
+            f"| {r['arm']} | {r['before']:.3f} | {r['after']:.3f} | {statistics.mean(curve[:3]):.3f} | "
+            f"{statistics.mean(curve[-3:]):.3f} | {statistics.median(per_step):.1f} | {r['cpu_peak_rss_gb']:.2f} | "
+            f"{r['checkpoint_gb'] * 1024:.1f} | {r['model_gb'] * 1024:.1f} |"
+        )
+    return {"arms": "\n".join(lines)}
+
+
 def report(args: argparse.Namespace, command: str) -> str:
     rows = {arm: json.loads((args.out / arm / "real_model_rl.json").read_text()) for arm in arms(args)}
     resume = json.loads((args.out / "resume_check.json").read_text())
@@ -105,17 +122,10 @@ def report(args: argparse.Namespace, command: str) -> str:
         f"seed {args.seed}, fp32, one torch thread per arm, both arms at once. Held-out: {args.eval_size} problems, "
         f"greedy. full: every weight, lr {args.lr}. lora: rank 16, alpha 32, all-linear, lr {args.lora_lr}.",
         "",
-        "| arm | greedy before | greedy after | reward, first 3 steps | reward, last 3 steps | s / step (median) "
-        "| peak RSS GiB | checkpoint MiB | final_model MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "<!-- rebuilt from benchmarks/lora_vs_full.raw.json: arms -->",
+        tables({"runs": list(rows.values())})["arms"],
+        "<!-- /rebuilt -->",
     ]
-    for arm, r in rows.items():
-        curve, per_step = r["reward_curve"], [s for s in r["seconds_per_step"] if s == s]
-        lines.append(
-            f"| {arm} | {r['before']:.3f} | {r['after']:.3f} | {statistics.mean(curve[:3]):.3f} | "
-            f"{statistics.mean(curve[-3:]):.3f} | {statistics.median(per_step):.1f} | {r['cpu_peak_rss_gb']:.2f} | "
-            f"{r['checkpoint_gb'] * 1024:.1f} | {r['model_gb'] * 1024:.1f} |"
-        )
     ratio = lora["checkpoint_gb"] / full["checkpoint_gb"]
     lines += [
         "",
@@ -140,8 +150,8 @@ def report(args: argparse.Namespace, command: str) -> str:
         "",
         "Seconds per step are wall seconds on a 2-core machine shared with other jobs; peak RSS is the process's "
         "(model, rollouts, optimiser). One seed per arm: whether each learns, not which learns better. Raw results: "
-        f"`{args.out}/*/real_model_rl.json`, `{args.out}/resume_check.json` (copied beside this report as "
-        "lora_vs_full.json).",
+        f"`{args.out}/*/real_model_rl.json` and `{args.out}/resume_check.json`, kept as "
+        "benchmarks/lora_vs_full.raw.json.",
         "",
     ]
     return "\n".join(lines)
@@ -171,13 +181,17 @@ def main() -> None:
     check.join()
     if any(p.exitcode for p in [*procs, check]):
         raise SystemExit(f"a run failed: exit codes {[p.exitcode for p in [*procs, check]]}")
-    text = report(args, shlex.join(["python", "benchmarks/lora_vs_full.py", *sys.argv[1:]]))
+    command = shlex.join(["python", "benchmarks/lora_vs_full.py", *sys.argv[1:]])
+    text = report(args, command)
     print(text)
     if args.report:
+        import raw_tables
+
         args.report.write_text(text)
-        raw = {arm: json.loads((args.out / arm / "real_model_rl.json").read_text()) for arm in arms(args)}
-        raw["resume_check"] = json.loads((args.out / "resume_check.json").read_text())
-        args.report.with_suffix(".json").write_text(json.dumps(raw, indent=1) + "\n")
+        rows = [json.loads((args.out / arm / "real_model_rl.json").read_text()) for arm in arms(args)]
+        resume = json.loads((args.out / "resume_check.json").read_text())
+        raw_path = raw_tables.ROOT / "benchmarks" / "lora_vs_full.raw.json"
+        raw_tables.write_raw(raw_path, [args.report], Path(__file__), command, rows, resume_check=resume)
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def warm_start(
         eval_every=50,
         max_steps=max_steps,
     )
-    result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)))
+    result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)), progress="auto")
     level_accuracy = {k.removeprefix("sft/acc_"): v for k, v in result.history[-1].items() if k.startswith("sft/acc_")}
     tmp = out_dir / ".warm_start.tmp"
     for stale in (tmp, model_dir):  # both ours: the temporary name, and a start with our record (checked above)
@@ -204,18 +204,12 @@ def _initial_eval(model_dir: Path, settings: DemoSettings) -> dict[str, dict[str
 
 
 def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
-    """A live progress bar per arm, read from each run's metrics.jsonl."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """A live progress counter per arm, read from each run's metrics.jsonl: a bar on a terminal, a plain line every
+    few seconds otherwise (hadw.progress; HADW_PROGRESS chooses)."""
+    from hadw.progress import Bars
 
-    columns = [
-        TextColumn("{task.description:<12}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-    ]
-    with Progress(*columns) as progress:
-        tasks = {name: progress.add_task(name, total=steps, info="") for name in runs}
+    with Bars("auto") as bars:
+        counters = {name: bars.add(name, steps, unit="step") for name in runs}
         while any(p.is_alive() for p in processes):
             time.sleep(1.0)
             for name, run_dir in runs.items():
@@ -223,10 +217,10 @@ def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
                 if records:
                     recent = records[-10:]
                     acc = sum(r[M.SCORE_MEAN] for r in recent) / len(recent)
-                    info = f"train acc (last 10) {acc:.3f}  anchor C {records[-1][M.ANCHOR]:.2f}"
-                    progress.update(tasks[name], completed=records[-1]["step"], info=info)
+                    anchor = records[-1][M.ANCHOR]
+                    counters[name].update(completed=records[-1]["step"], acc=f"{acc:.3f}", C=f"{anchor:.2f}")
         for name in runs:
-            progress.update(tasks[name], completed=steps)
+            counters[name].update(completed=steps)
 
 
 def results_table(initial: dict[str, dict[str, float]], finals: dict[str, dict[str, float]]) -> str:
