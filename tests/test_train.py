@@ -193,8 +193,11 @@ def test_the_demos_warm_start_does_not_depend_on_the_machines_speed(tmp_path, mo
     monkeypatch.setattr(sft.time, "perf_counter", lambda: float(next(clock)))
     lines = []
     settings = demo.DemoSettings()
-    demo.warm_start(tmp_path, settings.sft_seconds, target=2.0, max_steps=3, log=lines.append)  # target unreachable
-    assert lines[-1].startswith("warm start: 3 SFT steps")
+    from hadw.train.warm_starts import WarmStartError
+
+    with pytest.raises(WarmStartError, match="below the floor"):  # 3 steps reach no level floor: refused after them
+        demo.warm_start(tmp_path, settings.sft_seconds, target=2.0, max_steps=3, log=lines.append)
+    assert lines[-1].startswith("warm start: rebuilt on this CPU") and ", 3 SFT steps," in lines[-1]
 
 
 def test_reference_kl_and_tensorboard(tiny_path, tmp_path):
