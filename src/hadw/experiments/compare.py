@@ -240,16 +240,53 @@ def run_all(
     return results
 
 
-def write_manifest(out_dir: str | Path, arms: Sequence[Arm], seeds: Sequence[int], config_path, base_overrides) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+# The report files `hadw compare` writes in --out; each is recognised as its own by its first bytes (the
+# "written_by" marker, or how a version before the marker began the file), else refused without --overwrite.
+COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
+_LEGACY_STARTS = {
+    MANIFEST: b'{\n "config": ',
+    COMPARE_MD: b"# Comparison over seeds ",
+    COMPARE_JSON: b'{\n "baseline": ',
+}
+
+
+def owned_report(name: str) -> Callable[[bytes], bool]:
+    """Recognises report `name` (MANIFEST, COMPARE_MD, COMPARE_JSON) as one `hadw compare` wrote."""
+    from hadw.safe_files import owned_json, owned_markdown
+
+    marked = owned_markdown("compare") if name.endswith(".md") else owned_json("compare")
+    return lambda data: marked(data) or data.startswith(_LEGACY_STARTS[name])
+
+
+def check_reports(out_dir: str | Path, overwrite: bool = False) -> None:
+    """UserError (one line) when a report file in out_dir is a link, or exists and hadw compare did not write
+    it (and not overwrite): checked before any run starts."""
+    from hadw.safe_files import check_output
+
+    for name in (MANIFEST, COMPARE_MD, COMPARE_JSON):
+        check_output(Path(out_dir) / name, f"--out {name}", owned_report(name), overwrite)
+
+
+def write_report(out_dir: str | Path, name: str, text: str, overwrite: bool = False) -> Path:
+    """Write report `name` in out_dir: never through a link, never over a file hadw compare did not write."""
+    from hadw.safe_files import write_output
+
+    path = Path(out_dir) / name
+    write_output(path, text, f"--out {name}", owned_report(name), overwrite)
+    return path
+
+
+def write_manifest(
+    out_dir: str | Path, arms: Sequence[Arm], seeds: Sequence[int], config_path, base_overrides, overwrite: bool = False
+) -> None:
     manifest = {
+        "written_by": "hadw compare",
         "config": str(config_path) if config_path else None,
         "overrides": list(base_overrides),
         "arms": [{"name": a.name, "overrides": list(a.overrides)} for a in arms],
         "seeds": list(seeds),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    write_report(out_dir, MANIFEST, json.dumps(manifest, indent=1) + "\n", overwrite)
 
 
 def discover(out_dir: str | Path) -> tuple[list[str], list[int]]:

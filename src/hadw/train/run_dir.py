@@ -37,6 +37,14 @@ RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, "final_eval.json", "wandb_id", "warm_start_model")
 
 
+def is_run_file(path: Path) -> bool:
+    """True when `path` is one of the files a `hadw train` run writes in its folder (`samples.jsonl`,
+    `metrics.jsonl`, ...) and its folder holds a run (a lock, a config or metrics): another command must never
+    write it, --overwrite or not."""
+    folder_has_run = any((path.parent / name).exists() for name in (LOCK_FILE, "config.yaml", "metrics.jsonl"))
+    return path.name in WRITTEN_NAMES and folder_has_run
+
+
 class RunDirError(UserError):
     """The run folder cannot be used as asked (holds another run, is locked, has no checkpoint)."""
 

@@ -690,7 +690,7 @@ class Trainer:
             f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
             f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
             f"{likely}. Look at the completions (the run's own data, template and reward): "
-            f"hadw eval {self.run_dir} --limit 20 --samples samples.jsonl"
+            f"hadw eval {self.run_dir} --limit 20 --samples eval_samples.jsonl"
         )
         self.no_signal_warning = message
         print(message, file=sys.stderr, flush=True)
