@@ -3,9 +3,11 @@ checkpoint loading, durability, signals, rewards that hang or return garbage, in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -250,9 +252,13 @@ def test_keep_last_keeps_the_current_checkpoint(tiny_path, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- 5. signals
-def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_path, tmp_path):
+def test_sigterm_sigint_and_sighup_stop_at_a_safe_point_with_the_resume_command(tiny_path, tmp_path):
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
-    runs = {signal.SIGTERM: (tmp_path / "term", 143), signal.SIGINT: (tmp_path / "int", 130)}
+    runs = {
+        signal.SIGTERM: (tmp_path / "term", 143),
+        signal.SIGINT: (tmp_path / "int", 130),
+        signal.SIGHUP: (tmp_path / "hup", 129),  # issue 31: a closed terminal killed the run where it stood
+    }
     procs = {  # both at once: the start-up (imports) dominates
         signum: subprocess.Popen(
             [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
@@ -280,6 +286,50 @@ def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_pa
         assert not list(run.glob(".tmp-checkpoint-*"))
         steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
         assert checkpoint.name == f"checkpoint-{steps[-1]:06d}"  # the work up to the stop was saved
+
+
+def test_a_closed_terminal_saves_the_finished_steps(tiny_path, tmp_path):
+    """The terminal of `hadw train` closes (its ssh session ends): the kernel sends SIGHUP and every later write
+    to the terminal fails (EIO). The run still checkpoints its finished steps and exits 129."""
+    import fcntl
+    import pty
+    import termios
+
+    run = tmp_path / "run"
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:  # a new session whose controlling terminal is the pty, like a login shell's
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    command = [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")]
+    proc = subprocess.Popen(
+        [*command, "logging.progress=true"],  # the progress bar writes to the terminal too
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")},
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        preexec_fn=own_terminal,
+        pass_fds=(slave,),
+    )
+    os.close(slave)
+    metrics, deadline = run / "metrics.jsonl", time.monotonic() + 180
+    while not (metrics.is_file() and metrics.stat().st_size > 0):
+        with contextlib.suppress(OSError):  # drain the terminal: a full pty would block the trainer's writes
+            if select.select([master], [], [], 0.05)[0]:
+                os.read(master, 65536)
+        assert time.monotonic() < deadline and proc.poll() is None
+    os.close(master)  # the terminal hangs up: SIGHUP to the trainer, EIO on its writes
+    try:
+        assert proc.wait(timeout=120) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    checkpoint = latest_checkpoint(run)
+    steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert checkpoint is not None and checkpoint.name == f"checkpoint-{steps[-1]:06d}"
+    assert not list(run.glob(".tmp-checkpoint-*"))
 
 
 def test_verifier_workers_die_with_their_parent(tmp_path):

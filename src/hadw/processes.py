@@ -17,6 +17,9 @@ import threading
 import time
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# The signals that stop a command at a safe point: Ctrl-C, a scheduler's or `kill`'s SIGTERM, and SIGHUP (a closed
+# terminal or ssh session; not on Windows).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:

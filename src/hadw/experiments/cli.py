@@ -140,8 +140,10 @@ def compare_cmd(
         cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
         if launcher == "local":
             bar = _bar(len(specs), f"runs ({jobs} at a time)")
-            statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
-            bar.close()
+            try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
+                statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+            finally:
+                bar.close()
         else:
             from hadw.experiments.launchers import launch
 

@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from hadw import metrics as M
+from hadw.errors import SignalStop
 from hadw.experiments.stats import Interval, PairedDifference, interval, paired_difference
 from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
+from hadw.processes import STOP_SIGNALS
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 MANIFEST = "compare_manifest.json"
@@ -190,6 +192,14 @@ def execute_run(spec: RunSpec) -> dict:
             "status": "resumed" if status == "resume" else "trained",
             "error": None,
         }
+    except SignalStop as err:  # the run saved and stopped on a signal: the sweep stops too (run_all)
+        return {
+            "arm": spec.arm,
+            "seed": spec.seed,
+            "status": "failed",
+            "error": f"Interrupted: {err}",
+            "signal": err.signum,
+        }
     except Exception as err:  # one failed run must not take the others down; reported at the end
         return {
             "arm": spec.arm,
@@ -197,6 +207,60 @@ def execute_run(spec: RunSpec) -> dict:
             "status": "failed",
             "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=5)}",
         }
+
+
+@contextlib.contextmanager
+def _signals_stop_the_sweep():
+    """While runs execute in this process: SIGINT / SIGTERM / SIGHUP between two runs' training loops (loading a
+    config, setting up a trainer) raise SignalStop at once, nothing being lost. A trainer's loop installs its own
+    handlers (a safe stop: finish the step, save it) and restores these after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SignalStop(f"{signal.Signals(signum).name}: stopped between runs", signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _run_here(specs: Sequence[RunSpec], on_done: Callable[[dict], None] | None, worker) -> list[dict]:
+    """The runs one after the other in this process; a signal stops the sweep (SignalStop after the stopped run's
+    checkpoint), never counted as one run's failure with the next run started."""
+    results: list[dict] = []
+    with _signals_stop_the_sweep():
+        for spec in specs:
+            try:
+                results.append(worker(spec))
+            except SignalStop as err:  # between two runs' training loops
+                results.append({"arm": spec.arm, "seed": spec.seed, "status": "failed", "error": str(err),
+                                "signal": err.signum})  # fmt: skip
+            if results[-1].get("signal"):
+                raise _sweep_stopped(results[-1], len(results), len(specs))
+            if on_done:
+                on_done(results[-1])
+    return results
+
+
+def _sweep_stopped(result: dict, done: int, total: int) -> SignalStop:
+    """The one line of a sweep stopped by a signal: which run stopped, what it saved, how to go on."""
+    import signal
+
+    name = signal.Signals(result["signal"]).name
+    said = result["error"].removeprefix("Interrupted: ").removeprefix(f"{name}: ").split("; resume with:")[0]
+    return SignalStop(
+        f"{name}: the sweep stopped at run {done} of {total} ({result['arm']} seed {result['seed']}: {said}); run "
+        "the same hadw compare command again to go on (finished runs are reused, interrupted ones resume)",
+        result["signal"],
+    )
 
 
 def _init_worker(parent_pid: int) -> None:
@@ -220,13 +284,9 @@ def run_all(
     """Execute every spec with `worker`, `jobs` at a time in separate (spawned) processes; jobs = 1 runs here."""
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {jobs}")
-    results = []
     if jobs == 1:
-        for spec in specs:
-            results.append(worker(spec))
-            if on_done:
-                on_done(results[-1])
-        return results
+        return _run_here(specs, on_done, worker)
+    results = []
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

@@ -8,6 +8,7 @@ One step, top to bottom (docs/method.md, "the product in one picture"):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -30,9 +31,10 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, extract_answer, render_prompt
-from hadw.errors import UserError
+from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
+from hadw.processes import STOP_SIGNALS
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.base import FailureWatch
@@ -63,14 +65,8 @@ class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
 
 
-class Interrupted(UserError):
-    """SIGINT / SIGTERM stopped the run at a safe point; exit 130 (SIGINT) or 143 (SIGTERM)."""
-
-    prefix = ""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
+class Interrupted(SignalStop):
+    """SIGINT / SIGTERM / SIGHUP stopped the run at a safe point; exit 128 + the signal's number (130, 143, 129)."""
 
 
 @dataclass
@@ -750,7 +746,8 @@ class Trainer:
                 info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
                 if self._reward_failures:  # failed reward items so far (details: reward_errors.jsonl)
                     info["err"] = str(self._reward_failures)
-                bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
+                with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) must not cost the step's checkpoint
+                    bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
@@ -766,15 +763,17 @@ class Trainer:
             self._restore_signal_handlers(previous)
             for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
                 shutil.rmtree(tmp, ignore_errors=True)
-            bar.close()
+            with contextlib.suppress(OSError):
+                bar.close()
             self.logger.close()
             self._lock.release()
         return TrainResult(self.run_dir, cfg.train.steps, final_eval)
 
     # ------------------------------------------------------------------------------------ stopping
     def _install_signal_handlers(self) -> dict[int, Any]:
-        """SIGINT / SIGTERM set a flag; the loop stops after the current step (a second SIGINT abandons
-        it). Only the main thread can install handlers; elsewhere the defaults stay."""
+        """SIGINT / SIGTERM / SIGHUP (a closed terminal or ssh session) set a flag; the loop stops after the
+        current step (a second SIGINT abandons it). Only the main thread can install handlers; elsewhere the
+        defaults stay."""
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
@@ -783,9 +782,10 @@ class Trainer:
             if self._stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self._stop_signal = signum
-            print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
+                print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             previous[signum] = signal.signal(signum, handler)
         return previous
 
