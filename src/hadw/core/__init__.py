@@ -1,11 +1,36 @@
-"""Pure tensor maths of GRPO-style training with HA-DW. Depends on torch only."""
+"""Pure tensor maths of GRPO-style training with HA-DW. Depends on torch only (imported on first use)."""
 
-from hadw.core.advantages import ADVANTAGE_ESTIMATORS, GroupAdvantages, compute_advantages, scale_advantages
-from hadw.core.anchors import ANCHORS, Anchor, anchor_from_state, make_anchor
-from hadw.core.groups import GroupIndex, group_mean
-from hadw.core.losses import LOSS_PRESETS, LossSpec, aggregate, kl_penalty, masked_mean, policy_loss
-from hadw.core.options import HADWOptions, anchor_parameters
-from hadw.core.weighting import DEFAULT_LAMBDA, NORMALIZE, HADWResult, apply_hadw, hadw_weights, normalize_weights
+import importlib
+from typing import Any
+
+# name -> the module that defines it. Imported on first use (PEP 562): `hadw.core.registry` alone (the reward
+# registry; a verifier-pool process) must not pay for torch.
+_HOMES = {
+    "ADVANTAGE_ESTIMATORS": "hadw.core.advantages",
+    "GroupAdvantages": "hadw.core.advantages",
+    "compute_advantages": "hadw.core.advantages",
+    "scale_advantages": "hadw.core.advantages",
+    "ANCHORS": "hadw.core.anchors",
+    "Anchor": "hadw.core.anchors",
+    "anchor_from_state": "hadw.core.anchors",
+    "make_anchor": "hadw.core.anchors",
+    "GroupIndex": "hadw.core.groups",
+    "group_mean": "hadw.core.groups",
+    "LOSS_PRESETS": "hadw.core.losses",
+    "LossSpec": "hadw.core.losses",
+    "aggregate": "hadw.core.losses",
+    "kl_penalty": "hadw.core.losses",
+    "masked_mean": "hadw.core.losses",
+    "policy_loss": "hadw.core.losses",
+    "HADWOptions": "hadw.core.options",
+    "anchor_parameters": "hadw.core.options",
+    "DEFAULT_LAMBDA": "hadw.core.weighting",
+    "NORMALIZE": "hadw.core.weighting",
+    "HADWResult": "hadw.core.weighting",
+    "apply_hadw": "hadw.core.weighting",
+    "hadw_weights": "hadw.core.weighting",
+    "normalize_weights": "hadw.core.weighting",
+}
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -33,3 +58,15 @@ __all__ = [
     "policy_loss",
     "scale_advantages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'hadw.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -115,6 +115,10 @@ class RewardConfig:
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
     isolated: list[str] = field(default_factory=list)
+    # What import-path rewards receive as `completions`: text (the response strings, as TRL passes for a standard
+    # dataset) | messages ([{"role": "assistant", "content": text}] each, as TRL passes for a conversational one:
+    # what trl.rewards.accuracy_reward reads).
+    completion_format: str = "text"
     # Stop the run (one line naming the reward and its error) when every item of a reward failed (raised,
     # timed out, returned NaN / None / garbage) for this many consecutive steps; 0 = train on regardless.
     max_failed_steps: int = 3
@@ -705,6 +709,8 @@ def validate(cfg: Config) -> None:
     _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
     _range("reward.timeout_s", cfg.reward.timeout_s, 0.0, 1e6)  # finite: inf would disable the bound
     _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
+    if cfg.reward.completion_format not in ("text", "messages"):
+        raise ConfigError(f"reward.completion_format={cfg.reward.completion_format!r}; allowed: text, messages")
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")

@@ -184,7 +184,8 @@ class Trainer:
         aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
         difference raises RunDirError listing them)."""
         self.cfg = cfg = resolve_recipe(cfg)  # a Config built in Python may still say "auto"
-        self.run_dir = Path(cfg.train.output_dir)
+        # Absolute: a reward that changes the working directory (a sandbox) must not send checkpoints elsewhere.
+        self.run_dir = Path(cfg.train.output_dir).absolute()
         # Lock and check the folder before anything is written to it (init_model, logs).
         self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
         if aside is not None:
@@ -466,7 +467,14 @@ class Trainer:
         prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
         rw = cfg.reward
         rewards = score(
-            batch.response_texts, answers, self.reward_specs, rw.correctness, rw.timeout_s, prompts, columns
+            batch.response_texts,
+            answers,
+            self.reward_specs,
+            rw.correctness,
+            rw.timeout_s,
+            prompts,
+            columns,
+            rw.completion_format,
         )
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
