@@ -332,6 +332,50 @@ def test_a_closed_terminal_saves_the_finished_steps(tiny_path, tmp_path):
     assert not list(run.glob(".tmp-checkpoint-*"))
 
 
+def test_a_trainer_whose_folder_is_removed_or_taken_over_stops_in_one_line(tiny_path, tmp_path):
+    """Issue 31, item 5: the run folder removed (or its lock replaced, as a second `hadw train` on a recreated
+    folder would) while `hadw train` runs: it stops in one line, exit 2, and never recreates the folder."""
+    import shutil
+
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
+    runs = {"removed": tmp_path / "removed", "lock_replaced": tmp_path / "lock_replaced"}
+    procs = {
+        case: subprocess.Popen(
+            [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        for case, run in runs.items()
+    }
+    try:
+        for case, run in runs.items():
+            metrics, deadline = run / "metrics.jsonl", time.monotonic() + 180
+            while not (metrics.is_file() and metrics.stat().st_size > 0):
+                assert time.monotonic() < deadline and procs[case].poll() is None
+                time.sleep(0.05)
+            if case == "removed":
+                shutil.rmtree(run)
+            else:
+                (run / ".lock").unlink()
+                (run / ".lock").write_text("another process\n")
+        for case, run in runs.items():
+            _, err = procs[case].communicate(timeout=120)
+            assert procs[case].returncode == 2, err
+            lines = err.strip().splitlines()
+            assert "was removed or replaced while this run trained; stopped" in lines[-1] and "Traceback" not in err
+            if case == "removed":
+                assert not run.exists()  # never recreated by a checkpoint
+            else:
+                assert (run / ".lock").read_text() == "another process\n"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_verifier_workers_die_with_their_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
@@ -370,7 +414,7 @@ def test_a_killed_compare_stops_its_worker_runs(tmp_path):
         "import os, time\n"
         "from hadw.experiments.compare import run_all\n"
         "def worker(spec):\n"
-        "    print(os.getpid(), flush=True)\n"
+        "    os.write(1, f'{os.getpid()}\\n'.encode())  # one write: two workers' lines never interleave\n"
         "    time.sleep(1000)\n"
         "if __name__ == '__main__':\n"
         "    run_all([0, 1], jobs=2, worker=worker)\n"

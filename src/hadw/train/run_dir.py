@@ -73,6 +73,19 @@ class RunLock:
         self._file.write(f"{os.getpid()}\n")
         self._file.flush()
 
+    def check(self) -> None:
+        """RunDirError when the run folder or this lock is gone (removed, moved, its .lock replaced): whatever the
+        run writes next would go to a deleted file or a folder another process may now own."""
+        try:
+            held, there = os.fstat(self._file.fileno()), os.stat(self.path, follow_symlinks=False)
+        except (OSError, ValueError):  # the folder is gone (or the lock was released)
+            held = there = None
+        if held is None or there is None or (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+            raise RunDirError(
+                f"train.output_dir={self.path.parent}: the run folder or its {LOCK_FILE} was removed or replaced "
+                "while this run trained; stopped (nothing more is written there; another hadw train may own it now)"
+            )
+
     def release(self) -> None:
         if not self._file.closed:
             self._file.close()  # closing the descriptor drops the flock

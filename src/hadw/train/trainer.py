@@ -746,7 +746,9 @@ class Trainer:
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
+                self._lock.check()  # the folder is still this run's (not removed, not taken over)
                 metrics = self.train_step(step)
+                self._lock.check()  # before this step's records and checkpoint are written
                 done = step + 1
                 if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done < cfg.train.steps:
                     metrics |= M.flatten_eval(self.evaluate())
@@ -762,6 +764,7 @@ class Trainer:
                     self.checkpoint(done)
             final_eval = self.evaluate()
             self.logger.log_final_eval(final_eval)
+            self._lock.check()
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
             self._save_final_model()
