@@ -172,3 +172,23 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
         atomic_write_bytes(target, b"new")
     assert target.read_text() == PRECIOUS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+@pytest.mark.parametrize("kind", ["model", "link"])
+def test_sft_never_writes_over_an_existing_model(world, tmp_path, monkeypatch, record_outcome, request, kind):
+    """Issue 35: `hadw sft OUT` saved its model over whatever OUT held."""
+    out = tmp_path / "out"
+    if kind == "model":
+        out.mkdir()
+        (out / "config.json").write_text('{"model_type": "mine"}')
+        (out / "notes.txt").write_text(PRECIOUS)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        out.symlink_to(tmp_path / "elsewhere")
+    needles = ["symbolic link"] if kind == "link" else ["already holds files", "--overwrite"]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, ["sft", out, "--max-steps", "1"], "one-line", needles)
+    if kind == "model":
+        assert sorted(p.name for p in out.iterdir()) == ["config.json", "notes.txt"]
+        assert (out / "config.json").read_text() == '{"model_type": "mine"}'
+    else:
+        assert not list((tmp_path / "elsewhere").iterdir())

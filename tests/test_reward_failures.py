@@ -48,6 +48,14 @@ def halves(prompts, completions, **kwargs):
     return [0.5] * len(completions)
 
 
+def returns_dict(prompts, completions, **kwargs):  # issue 35: list() of it would score its keys 0, 1, ...
+    return {row: 1.0 for row in range(len(completions))}
+
+
+def huge(prompts, completions, **kwargs):  # issue 35: finite in float64, inf in the trainer's float32 tensors
+    return [1e39] * len(completions)
+
+
 def exits(prompts, completions, **kwargs):
     sys.exit(3)
 
@@ -70,6 +78,8 @@ KINDS = [
     ("short", "wrong length"),
     ("exits", "exit"),
     ("hard_exits", "exit"),
+    ("returns_dict", "not a number"),
+    ("huge", "nan/inf"),
 ]
 
 
@@ -148,7 +158,7 @@ def _train(tiny_path, run, *extra):
     return CliRunner().invoke(build_app(), args)
 
 
-@pytest.mark.parametrize("fn", ["nans", "exits", "hard_exits", "sleeps"])
+@pytest.mark.parametrize("fn", ["nans", "exits", "hard_exits", "sleeps", "huge"])
 def test_a_broken_reward_stops_the_run_in_one_line_naming_it_and_saves_its_first_error(tiny_path, tmp_path, fn):
     name = f"{HERE}:{fn}"
     result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{name}]", "reward.max_failed_steps=2")

@@ -30,6 +30,7 @@ from hadw.processes import RunningClock
 from hadw.rewards import verifiers
 
 DEFAULT_TIMEOUT_S = 5.0
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: the trainer's reward tensors
 MAX_MESSAGES = 10
 
 # How an item of a reward can fail; a failed item scores 0 and is counted under its kind, never raised.
@@ -124,6 +125,8 @@ def check_score(value: object) -> float:
         raise ScoreError(NOT_A_NUMBER, f"score {str(value)[:60]!r} is not a number ({e})") from None
     if not math.isfinite(score):
         raise ScoreError(NON_FINITE, f"score is {score} (scores must be finite)")
+    if abs(score) > FLOAT32_MAX:  # the rewards are float32 tensors: 1e39 would become inf there
+        raise ScoreError(NON_FINITE, f"score {score:g} overflows float32 to inf (scores must be within ±3.4e38)")
     return score
 
 

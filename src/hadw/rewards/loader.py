@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
+    NOT_A_NUMBER,
     FailureWatch,
     ItemScores,
     RewardFn,
     RewardFunction,
+    ScoreError,
     get_reward,
     run_batch,
     run_batch_isolated,
@@ -67,7 +69,7 @@ def _trl_call(
         names = {p.name for p in params}
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
-        return list(fn(**kwargs))
+        result = fn(**kwargs)
     except TypeError as err:  # trl.rewards.accuracy_reward on text: completion[0]["content"] of a string
         if completion_format == "text" and "string indices must be integers" in str(err):
             raise TypeError(
@@ -75,6 +77,10 @@ def _trl_call(
                 "reward.completion_format=messages)"
             ) from None
         raise
+    if isinstance(result, Mapping | str | bytes):  # list() of a {row: score} dict would score its keys
+        raise ScoreError(NOT_A_NUMBER, f"the reward returned a {type(result).__name__}; return a list, one score "
+                                       "per completion")  # fmt: skip
+    return list(result)
 
 
 @dataclass(frozen=True)
