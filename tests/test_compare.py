@@ -353,3 +353,22 @@ def test_a_signal_stops_a_sweep_of_jobs_1_after_saving(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_run_another_process_trains_is_never_truncated(tmp_path):
+    """Issue 31, item 4: a second `hadw compare` on the same --out saw a run as new (no checkpoint yet) while the
+    first one's trainer held it, and unlinked its metrics.jsonl / samples.jsonl under it."""
+    from hadw.train.run_dir import RunLock
+
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("a")], [0], tmp_path)
+    spec.run_dir.mkdir(parents=True)
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    (spec.run_dir / "samples.jsonl").write_text('{"step": 1}\n')
+    lock = RunLock(spec.run_dir)  # the first process's trainer
+    try:
+        result = cmp.execute_run(spec)
+    finally:
+        lock.release()
+    assert result["status"] == "failed" and "in use by pid" in result["error"]
+    assert (spec.run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (spec.run_dir / "samples.jsonl").read_text() == '{"step": 1}\n'

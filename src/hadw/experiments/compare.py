@@ -174,8 +174,7 @@ def execute_run(spec: RunSpec) -> dict:
         if status == "finished":
             return {"arm": spec.arm, "seed": spec.seed, "status": "reused", "error": None}
         if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
-            for name in (METRICS_FILE, SAMPLES_FILE):
-                (spec.run_dir / name).unlink(missing_ok=True)
+            _remove_stale_logs(spec.run_dir)
         from hadw.safe_files import open_append
         from hadw.train.trainer import Trainer
 
@@ -261,6 +260,22 @@ def _sweep_stopped(result: dict, done: int, total: int) -> SignalStop:
         "the same hadw compare command again to go on (finished runs are reused, interrupted ones resume)",
         result["signal"],
     )
+
+
+def _remove_stale_logs(run_dir: Path) -> None:
+    """Remove the logs of a run killed before its first checkpoint, holding the run's lock: a run another process
+    is training now (a second `hadw compare` on the same --out) is refused in one line ("in use by pid N"), never
+    unlinked under it. The trainer takes the lock again; between the two nothing of this run exists to lose."""
+    from hadw.train.run_dir import RunLock
+
+    if not run_dir.is_dir():
+        return
+    lock = RunLock(run_dir)
+    try:
+        for name in (METRICS_FILE, SAMPLES_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+    finally:
+        lock.release()
 
 
 def _init_worker(parent_pid: int) -> None:
