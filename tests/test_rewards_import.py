@@ -169,3 +169,23 @@ def test_training_on_a_user_jsonl_with_user_fields_and_a_trl_reward(tmp_path):
     assert all(by_prompt[f"{a}+{a}="] == 2 * a for a in range(10) if f"{a}+{a}=" in by_prompt)  # plain template
     assert all(isinstance(s, int) for s in train_calls[0]["solution"])  # the raw column, not the mapped string
     assert set(train_calls[0]["meta"][0]) == {"difficulty"}
+
+
+def test_a_reward_module_that_exits_or_reads_argv_on_import(tmp_path, monkeypatch):
+    """Issue 31, item 13: a script turned reward module (`sys.exit(main())`, argparse at the top level)."""
+    from hadw.train.config import ConfigError, load_config
+
+    (tmp_path / "script_reward.py").write_text(
+        "import sys\ndef f(prompts, completions, **kw): return [1.0] * len(completions)\n"
+        "def main(): return 3\nsys.exit(main())\n"
+    )
+    (tmp_path / "argv_reward.py").write_text(
+        "import argparse\nARGS = argparse.ArgumentParser().parse_args()\n"
+        "def f(prompts, completions, **kw): return [1.0] * len(completions)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["hadw", "train", "reward.functions=[argv_reward:f]"])
+    with pytest.raises(ConfigError, match=r"importing module 'script_reward' called sys.exit\(3\)"):
+        load_config(None, ["reward.functions=[script_reward:f]", "reward.correctness=script_reward:f"])
+    assert resolve_reward("argv_reward:f").run(["a"], ["1"]).scores == [1.0]  # argv is the module's, not hadw's

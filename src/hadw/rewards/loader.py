@@ -152,10 +152,19 @@ def _import(spec: str, folder: str | None = None) -> Any:
     folder = folder or os.getcwd()
     if folder not in sys.path and ("" not in sys.path or folder != os.getcwd()):  # the `hadw` console script
         sys.path.append(folder)
+    argv, sys.argv = sys.argv, [module_name]  # a module that parses sys.argv on import must not read hadw's
     try:
         obj: Any = importlib.import_module(module_name)
+    except SystemExit as e:  # `sys.exit(main())` at the top level: hadw must not end with it
+        code = e.code if e.code is not None else ""
+        raise ValueError(
+            f"reward {spec!r}: importing module {module_name!r} called sys.exit({code}); keep a script's top level "
+            "under `if __name__ == '__main__':`"
+        ) from None
     except Exception as e:
         raise ValueError(f"reward {spec!r}: cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
+    finally:
+        sys.argv = argv
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"reward {spec!r}: {module_name!r} has no attribute {attribute!r}")
