@@ -1,7 +1,22 @@
 """Pure tensor maths of GRPO-style training with HA-DW. Depends on torch only (imported on first use)."""
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ below imports on first use
+    from hadw.core.advantages import ADVANTAGE_ESTIMATORS, GroupAdvantages, compute_advantages, scale_advantages
+    from hadw.core.anchors import ANCHORS, Anchor, anchor_from_state, make_anchor
+    from hadw.core.groups import GroupIndex, group_mean
+    from hadw.core.losses import LOSS_PRESETS, LossSpec, aggregate, kl_penalty, masked_mean, policy_loss
+    from hadw.core.options import HADWOptions, anchor_parameters
+    from hadw.core.weighting import (
+        DEFAULT_LAMBDA,
+        NORMALIZE,
+        HADWResult,
+        apply_hadw,
+        hadw_weights,
+        normalize_weights,
+    )
 
 # name -> the module that defines it. Imported on first use (PEP 562): `hadw.core.registry` alone (the reward
 # registry; a verifier-pool process) must not pay for torch.
@@ -62,7 +77,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
-        raise AttributeError(f"module 'hadw.core' has no attribute {name!r}")
+        try:  # a submodule, as `hadw.core.weighting` after `import hadw.core` was before the imports were lazy
+            return importlib.import_module(f"hadw.core.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module 'hadw.core' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(_HOMES[name]), name)
     globals()[name] = value
     return value
