@@ -85,6 +85,13 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
     )
 
 
+def _run_dir(model: str) -> str | None:
+    """MODEL when it is a run folder of `hadw train` (its weights may change while it trains), else None."""
+    from hadw.eval.run_recipe import is_run_dir
+
+    return model if is_run_dir(model) else None
+
+
 def _load_sources(
     data, data_dir, limit, levels: str | None, template, reward, max_new_tokens, seed, field_names=(None, None, None)
 ):
@@ -157,15 +164,24 @@ def _engine(model, tokenizer, memory_budget_gb: float | None):
     return HFRolloutEngine(model, tokenizer, memory_budget_gb=memory_budget_gb)
 
 
-def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
+def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False, run_dir: str | None = None):
+    """(model, tokenizer, the path loaded), in memory. run_dir: MODEL was that run folder's newest weights; a
+    running trainer may prune that checkpoint (checkpoint.keep_last) while it loads: then the run's newest weights
+    are looked up again (up to 3 times), never a half-read checkpoint. Any other failure is one line, exit 2."""
+    from hadw.eval.run_recipe import read_run
     from hadw.rollout import load_model
     from hadw.rollout.models import model_load_error
 
-    try:
-        return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
-    except Exception as err:  # missing, damaged or mismatched: one line, exit 2
-        line = str(err) if isinstance(err, UserError | FileNotFoundError) else model_load_error(err)
-        raise UserError(f"MODEL {model}: {line}") from None
+    for _ in range(3):
+        try:
+            return (*load_model(model, dtype, device, trust_remote_code=trust_remote_code), model)
+        except Exception as err:  # missing, damaged or mismatched: one line, exit 2
+            if run_dir is not None and str(newer := read_run(run_dir).model) != model:
+                model = str(newer)  # pruned under us by the trainer (or being pruned): its newer weights
+                continue
+            line = str(err) if isinstance(err, UserError | FileNotFoundError) else model_load_error(err)
+            raise UserError(f"MODEL {model}: {line}") from None
+    raise UserError(f"MODEL {run_dir}: its checkpoints were pruned three times while loading; try again")
 
 
 OverwriteOption = typer.Option(
@@ -305,11 +321,12 @@ def eval_cmd(
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     _check_outputs(samples, markdown, json_path, overwrite)  # before minutes of generation, not after
     fields = (prompt_field, answer_field, level_field)
+    run_dir = _run_dir(model)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
-    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    lm, tokenizer, model = _load_model(model, dtype, device, trust_remote_code, run_dir)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval") if progress else None
     try:
@@ -414,11 +431,12 @@ def probe_cmd(
     check_range("--batch-size", batch_size, 1)
     _check_outputs(None, None, json_path, overwrite, "probe")
     fields = (prompt_field, answer_field, level_field)
+    run_dir = _run_dir(model)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
-    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    lm, tokenizer, model = _load_model(model, dtype, device, trust_remote_code, run_dir)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)")
     parts, problems = [], []

@@ -75,7 +75,8 @@ def _run_model(path: Path, start: str) -> Path:
     started from (init_model/, or model.path) — so a run still in its first steps can be looked at too."""
     if (path / "final_model" / "config.json").is_file():
         return path / "final_model"
-    checkpoints = sorted(p for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
+    # a checkpoint holds its weights in checkpoint-N/model/ (hadw.train.checkpoint.save_checkpoint)
+    checkpoints = sorted(p / "model" for p in path.glob("checkpoint-*") if (p / "model" / "config.json").is_file())
     if checkpoints:
         return checkpoints[-1]
     if (path / "init_model" / "config.json").is_file():
