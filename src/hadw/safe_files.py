@@ -14,8 +14,10 @@ new content is written to a temporary name and renamed, so a failed write leaves
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -133,3 +135,31 @@ def owned_markdown(command: str) -> Callable[[bytes], bool]:
     """Recognises a markdown file that starts with markdown_marker(command)."""
     marker = markdown_marker(command).encode()
     return lambda data: data.startswith(marker)
+
+
+class DiskFullError(UserError):
+    """The disk filled up while hadw wrote a file; what was complete before is kept."""
+
+
+# How a full disk shows in the errors of the writers hadw calls: OSError (ENOSPC / EDQUOT), safetensors
+# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file").
+_FULL_DISK_SIGNS = ("No space left on device", "StorageFull", "code: 28", "Disk quota exceeded", "file write failed")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True when err says the disk (or the quota) is full, whichever library raised it."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(sign in str(err) for sign in _FULL_DISK_SIGNS)
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(what: str, after: str) -> Iterator[None]:
+    """Turn a full disk while writing `what` into one line (DiskFullError) that ends with `after` (what is kept,
+    how to go on), instead of the writer's 100-line traceback; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        raise DiskFullError(f"the disk is full: writing {what} failed; {after}") from None

@@ -41,7 +41,7 @@ from hadw.rewards.base import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
-from hadw.safe_files import atomic_write_text, open_append
+from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
 from hadw.train.checkpoint import (
     CheckpointError,
     fsync_path,
@@ -727,16 +727,23 @@ class Trainer:
             "data_position": step,
             "config": self.cfg.to_dict(),
         }
-        return save_checkpoint(
-            self.run_dir,
-            step,
-            self.model,
-            self.tokenizer,
-            self.optimizer,
-            self.scheduler,
-            state,
-            self.cfg.checkpoint.keep_last,
-        )
+        with disk_full_is_one_line(f"{self.run_dir}/checkpoint-{step:06d}", self._after_full_disk()):
+            return save_checkpoint(
+                self.run_dir,
+                step,
+                self.model,
+                self.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                state,
+                self.cfg.checkpoint.keep_last,
+            )
+
+    def _after_full_disk(self) -> str:
+        """What a full disk leaves and how to go on (the end of its one line)."""
+        last = latest_checkpoint(self.run_dir)
+        kept = f"the last complete checkpoint {last} is kept" if last else "no checkpoint was complete yet"
+        return f"{kept}; free space, then resume with --resume"
 
     def train(self, progress: bool | None = None) -> TrainResult:
         cfg = self.cfg
@@ -825,7 +832,12 @@ class Trainer:
         """final_model/ is written under a temporary name, fsynced and renamed: never half there."""
         final, tmp = self.run_dir / "final_model", self.run_dir / f".final_model.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
+        try:
+            with disk_full_is_one_line(str(final), self._after_full_disk()):
+                self.model.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written model never stays on a full disk
+            raise
         replace_dir(tmp, final)
         fsync_path(self.run_dir)
