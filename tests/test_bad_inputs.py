@@ -244,6 +244,31 @@ def test_full_disk_and_permission_denied_are_one_line(files, tmp_path, monkeypat
     _assert_one_line_error(result, needle, "final_model")
 
 
+class SafetensorError(Exception):
+    """What safetensors raises (not an OSError)."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file data/0: "
+                     "file write failed"),  # torch.save
+        SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+                        'on device" })'),  # safetensors
+    ],
+    ids=["torch_save", "safetensors"],
+)  # fmt: skip
+def test_a_full_disk_while_checkpointing_is_one_line(files, tmp_path, monkeypatch, error):
+    """Issue 35: a full disk during a checkpoint printed an 85-109-line traceback (the writers do not raise OSError)."""
+
+    def full(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(trainer_module, "save_checkpoint", full)
+    result = _run(["train", *_base(files, tmp_path / "run")])
+    _assert_one_line_error(result, "the disk is full", "checkpoint-000001", "resume with --resume")
+
+
 def test_the_real_command_exits_2_with_one_line_and_hadw_debug_brings_the_traceback_back(files):
     environ = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
     command = [sys.executable, "-m", "hadw.cli", "train"]

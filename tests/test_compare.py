@@ -309,3 +309,66 @@ def test_power_of_the_paired_t_test():
     n = seeds_needed(mde, 0.013)
     assert n == 20 or (n == 21 and paired_power(mde, 0.013, 20) < 0.8)
     assert seeds_needed(0.0, 0.013) == float("inf") and minimal_detectable_effect(1, 0.013) == float("inf")
+
+
+def test_a_signal_stops_a_sweep_of_jobs_1_after_saving(tmp_path):
+    """Issue 31: SIGTERM / SIGINT to `hadw compare --jobs 1` was caught as one run's failure and the sweep went on
+    with the next run. Now the run saves its finished steps, the sweep stops, and the exit code is the signal's."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hadw.train.checkpoint import latest_checkpoint
+    from tests.conftest import TINY_COMPARE_RECIPE
+
+    repo = Path(__file__).resolve().parents[1]
+    sets = [x for o in [*TINY_COMPARE_RECIPE, "train.steps=100000"] for x in ("--set", o)]
+    procs = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):  # both at once: the start-up (imports) dominates
+        out = tmp_path / signum.name
+        command = ["compare", "--out", str(out), "-a", "first:", "-a", "second:", "--seeds", "0", "--jobs", "1"]
+        procs[signum] = (out, subprocess.Popen(
+            [sys.executable, "-m", "hadw.cli", *command, *sets],
+            env=os.environ | {"PYTHONPATH": str(repo / "src")}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        ))  # fmt: skip
+    try:
+        for signum, (out, proc) in procs.items():
+            metrics, deadline = out / "first" / "seed0" / "metrics.jsonl", time.monotonic() + 180
+            while not (metrics.is_file() and metrics.stat().st_size > 0):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            proc.send_signal(signum)
+        for signum, (out, proc) in procs.items():
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 128 + signum, err
+            last = err.strip().splitlines()[-1]
+            assert last.startswith(f"{signum.name}: the sweep stopped at run 1 of 2 (first seed 0"), err
+            assert "run the same hadw compare command again" in last and "Traceback" not in err
+            assert latest_checkpoint(out / "first" / "seed0") is not None  # the finished steps were saved
+            assert not (out / "second").exists()  # the sweep did not go on with the next run
+    finally:  # never leave a sweep running (the old code went on with the next run)
+        for _, proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_run_another_process_trains_is_never_truncated(tmp_path):
+    """Issue 31, item 4: a second `hadw compare` on the same --out saw a run as new (no checkpoint yet) while the
+    first one's trainer held it, and unlinked its metrics.jsonl / samples.jsonl under it."""
+    from hadw.train.run_dir import RunLock
+
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("a")], [0], tmp_path)
+    spec.run_dir.mkdir(parents=True)
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    (spec.run_dir / "samples.jsonl").write_text('{"step": 1}\n')
+    lock = RunLock(spec.run_dir)  # the first process's trainer
+    try:
+        result = cmp.execute_run(spec)
+    finally:
+        lock.release()
+    assert result["status"] == "failed" and "in use by pid" in result["error"]
+    assert (spec.run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (spec.run_dir / "samples.jsonl").read_text() == '{"step": 1}\n'

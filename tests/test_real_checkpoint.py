@@ -124,17 +124,17 @@ def test_eval_with_samples_uses_the_chat_template(checkpoint, math_jsonl, tmp_pa
     assert "with an extracted answer" in result.output
 
 
-REWARD_CALLS: list[dict] = []
-
-
-def mentions_solution(prompts, completions, solution, **kwargs):
-    """A user's reward with TRL's signature, reading the dataset's own `solution` column."""
-    REWARD_CALLS.append({"prompts": prompts, "solution": solution})
+def mentions_solution(prompts, completions, solution, log, **kwargs):
+    """A user's reward with TRL's signature, reading the dataset's own `solution` column. It runs in a pool
+    process: it records each call as a JSON line in the file its `log` column names."""
+    with open(log[0], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"prompts": prompts, "solution": solution}) + "\n")
     return [float(str(s) in c) for c, s in zip(completions, solution, strict=True)]
 
 
 def test_two_training_steps_with_user_fields_and_an_import_path_reward(checkpoint, tmp_path):
-    rows = [{"query": q, "solution": a, "meta": {"difficulty": lv}} for q, a, lv in PROBLEMS]
+    log = tmp_path / "calls.jsonl"
+    rows = [{"query": q, "solution": a, "meta": {"difficulty": lv}, "log": str(log)} for q, a, lv in PROBLEMS]
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     reward = f"{__name__}:mentions_solution"
@@ -145,13 +145,12 @@ def test_two_training_steps_with_user_fields_and_an_import_path_reward(checkpoin
         "rollout.group_size=2", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.mini_batch_prompts=1",
         "train.steps=2", f"train.output_dir={tmp_path / 'run'}", "logging.progress=false", "optim.lr=1e-4",
     ])  # fmt: skip
-    REWARD_CALLS.clear()
     result = Trainer(cfg).train()
     steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "critic/rewards/mean" in r]
     assert [r["step"] for r in steps] == [1, 2] and result.steps == 2
     assert all(r["perf/cpu_peak_rss_gb"] > 0 for r in steps)
     # the reward saw the user's prompts (in the paper's template) and the user's own column
-    train_calls = [c for c in REWARD_CALLS if len(c["prompts"]) == 4][:2]
+    train_calls = [c for c in read_jsonl(log) if len(c["prompts"]) == 4][:2]
     assert len(train_calls) == 2 and all("\\boxed{}" in p for p in train_calls[0]["prompts"])
     assert set(train_calls[0]["solution"]) <= {a for _, a, _ in PROBLEMS}
     assert (tmp_path / "run" / "final_model" / "tokenizer.json").is_file()

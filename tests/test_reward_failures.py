@@ -20,7 +20,7 @@ HERE = __name__
 
 
 def sleeps(prompts, completions, **kwargs):
-    time.sleep(3)  # longer than every timeout below; short enough that abandoned threads end soon
+    time.sleep(60)  # a hang: killed with its pool process when it overruns, never waited for
     return [1.0] * len(completions)
 
 
@@ -48,6 +48,14 @@ def halves(prompts, completions, **kwargs):
     return [0.5] * len(completions)
 
 
+def returns_dict(prompts, completions, **kwargs):  # issue 35: list() of it would score its keys 0, 1, ...
+    return {row: 1.0 for row in range(len(completions))}
+
+
+def huge(prompts, completions, **kwargs):  # issue 35: finite in float64, inf in the trainer's float32 tensors
+    return [1e39] * len(completions)
+
+
 def exits(prompts, completions, **kwargs):
     sys.exit(3)
 
@@ -70,6 +78,8 @@ KINDS = [
     ("short", "wrong length"),
     ("exits", "exit"),
     ("hard_exits", "exit"),
+    ("returns_dict", "not a number"),
+    ("huge", "nan/inf"),
 ]
 
 
@@ -78,7 +88,9 @@ def test_an_import_path_reward_that_fails_is_scored_zero_and_counted_by_kind(fn,
     reward = resolve_reward(f"{HERE}:{fn}")
     start = time.monotonic()
     out = reward.run(["a", "b"], ["1", "1"], timeout_s=0.2)
-    assert time.monotonic() - start < 2.5  # bounded: never the 3 s sleep, never the end of the process
+    # bounded: never the 60 s sleep, never the end of the process (a killed worker's restart, ~2 s, is not
+    # charged to a timeout but takes time)
+    assert time.monotonic() - start < 15
     assert out.scores == [0.0, 0.0] and out.kinds == {kind: 2} and out.all_failed
     assert out.first_error.row == 0 and out.first_error.kind == kind
 
@@ -87,7 +99,7 @@ def test_a_reward_that_hangs_on_everything_costs_a_few_timeouts_not_one_per_item
     reward = resolve_reward(f"{HERE}:sleeps")
     start = time.monotonic()
     out = reward.run(["a"] * 20, ["1"] * 20, timeout_s=0.05)  # the batch call (1 s), then 2 items, not 20
-    assert time.monotonic() - start < 1.0 + 2 * 0.05 + 1.0
+    assert time.monotonic() - start < 1.0 + 2 * 0.05 + 10  # + worker restarts (each ~2 s; not 20 items' worth)
     assert out.kinds == {"timeout": 20} and "in a row" in out.messages[-1]
 
 
@@ -146,7 +158,7 @@ def _train(tiny_path, run, *extra):
     return CliRunner().invoke(build_app(), args)
 
 
-@pytest.mark.parametrize("fn", ["nans", "exits", "hard_exits", "sleeps"])
+@pytest.mark.parametrize("fn", ["nans", "exits", "hard_exits", "sleeps", "huge"])
 def test_a_broken_reward_stops_the_run_in_one_line_naming_it_and_saves_its_first_error(tiny_path, tmp_path, fn):
     name = f"{HERE}:{fn}"
     result = _train(tiny_path, tmp_path / "run", f"reward.functions=[exact,{name}]", "reward.max_failed_steps=2")
@@ -211,3 +223,107 @@ def test_hadw_probe_counts_a_failing_reward(tiny_path):
     sampler = model_sampler(model, tokenizer, "plain", f"{HERE}:nans", max_new_tokens=2)
     problems = list(load_problems("task:sums", levels=[2], seed=0, held_out=True, limit=2))
     assert sampler(problems, 2, 0).sum() == 0 and sampler.reward_errors == 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 31, items 10-12: import-path rewards run in a pool process's main thread (signal.alarm works there, as
+# under TRL), are killed when they overrun (nothing keeps spinning), and never move the trainer's working directory.
+def alarm_guarded(prompts, completions, **kwargs):
+    """A reward guarding itself with signal.alarm, as math-verify's default timeouts do: legal in a main thread
+    only (elsewhere signal.signal raises ValueError)."""
+    import signal
+
+    def overrun(signum, frame):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, overrun)
+    signal.alarm(5)
+    try:
+        return [1.0] * len(completions)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def open_r1_accuracy(prompts, completions, answer, **kwargs):
+    """The open-r1 / TRL-docs accuracy reward: math_verify's parse / verify with their default timeouts."""
+    from math_verify import parse, verify
+
+    return [float(verify(parse(f"${a}$"), parse(c))) for c, a in zip(completions, answer, strict=True)]
+
+
+def spins(prompts, completions, **kwargs):
+    while True:  # a busy loop: no sleep, no way out
+        pass
+
+
+def changes_directory(prompts, completions, **kwargs):
+    """A sandboxed code-execution reward: it moves into a scratch folder and stays there."""
+    import tempfile
+
+    os.chdir(tempfile.mkdtemp())
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("fn", ["alarm_guarded", "open_r1_accuracy"])
+def test_rewards_that_use_signal_alarm_score_correct_answers_one(fn):
+    out = resolve_reward(f"{HERE}:{fn}").run(["\\boxed{4}", "\\boxed{\\frac{1}{2}}"], ["4", "\\frac{1}{2}"])
+    assert out.scores == [1.0, 1.0] and not out.kinds, out.messages
+
+
+def test_trl_accuracy_reward_scores_correct_answers_one():
+    """TRL's own accuracy_reward reads chat-message completions (completion[0]["content"]) and a `solution`
+    column: with reward.completion_format=messages (what TRL passes for a conversational dataset) it works."""
+    pytest.importorskip("trl")
+    reward = resolve_reward("trl.rewards:accuracy_reward")
+    columns = {"solution": ["$4$", "$\\frac{1}{2}$"]}
+    texts, answers = ["\\boxed{4}", "\\boxed{\\frac{1}{3}}"], ["4", "1/2"]
+    out = reward.run(texts, answers, ["", ""], columns, completion_format="messages")
+    assert out.scores == [1.0, 0.0] and not out.kinds, out.messages
+    plain = reward.run(texts, answers, ["", ""], columns)  # text completions: one clear line on what to set
+    assert plain.kinds == {"raised": 2} and "reward.completion_format=messages" in plain.messages[0]
+
+
+def test_a_reward_that_spins_forever_leaves_nothing_running():
+    import threading
+
+    out = resolve_reward(f"{HERE}:spins").run(["a", "b"], ["1", "1"], timeout_s=0.2)
+    assert out.kinds == {"timeout": 2}
+    assert not [t for t in threading.enumerate() if t.name.startswith("hadw-reward") and t.is_alive()]
+
+
+def test_a_reward_that_changes_directory_does_not_move_the_trainer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert resolve_reward(f"{HERE}:changes_directory").run(["a"], ["1"]).scores == [1.0]
+        assert os.getcwd() == str(tmp_path)
+
+
+def open_r1_on_gold(prompts, completions, answer, **kwargs):
+    """open_r1_accuracy on the gold answer itself, boxed: a correct completion, whatever the tiny model wrote."""
+    return open_r1_accuracy(prompts, [f"\\boxed{{{a}}}" for a in answer], answer)
+
+
+def test_the_open_r1_accuracy_reward_scores_correct_answers_one_under_hadw_train(tiny_path, tmp_path):
+    name = f"{HERE}:open_r1_on_gold"
+    result = _train(tiny_path, tmp_path / "run", f"reward.functions=[{name}]", f"reward.correctness={name}",
+                    "train.steps=2", "reward.timeout_s=5")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["critic/score/mean"], r["reward/errors"], r["reward/timeouts"]) for r in rows] == [(1.0, 0.0, 0.0)] * 2
+
+
+def test_an_in_process_reward_that_changes_directory_is_moved_back(tmp_path, monkeypatch):
+    """Rewards that run in a thread of the trainer (a RewardFunction, a function object): the working directory
+    is restored after every call."""
+    import tempfile
+
+    from hadw.rewards import RewardFunction, run_reward
+
+    def wander(completion: str, answer: str) -> float:
+        os.chdir(tempfile.mkdtemp())
+        return 1.0
+
+    monkeypatch.chdir(tmp_path)
+    assert run_reward(RewardFunction("wander", wander), ["a", "b"], ["1", "1"]).scores == [1.0, 1.0]
+    assert os.getcwd() == str(tmp_path)

@@ -6,6 +6,7 @@ This module does not import torch: pool workers import it to unpickle the test-o
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -36,7 +37,7 @@ def _sleeps(completion: str, answer: str) -> float:  # module level: picklable i
 
 def _crashes_on_x(completion: str, answer: str) -> float:
     if completion == "x":
-        os._exit(3)  # a segfault / OOM kill as the pool sees it
+        os.kill(os.getpid(), signal.SIGKILL)  # an OOM kill (os._exit is caught and counted as an exit)
     return 1.0
 
 
@@ -138,7 +139,7 @@ def test_a_crashing_worker_is_replaced_and_its_item_counted_as_error():
     result = run_reward(crashy, ["y", "x", "y", "y"], ["1"] * 4, timeout_s=5.0)
     assert result.scores == [1.0, 0.0, 1.0, 1.0]
     assert (result.num_errors, result.num_timeouts) == (1, 0)
-    assert result.messages == ["verifier worker died (exit code 3)"]
+    assert result.messages == ["verifier worker died (exit code -9)"]
 
 
 def test_an_unpicklable_isolated_reward_is_a_clear_configuration_error():
@@ -202,3 +203,46 @@ def test_score_rejects_bad_configuration():
     )
     assert half.correctness.tolist() == [1.0, 0.0] and half.errors == {"format2": {"out of range": 1}}
     assert half.first_errors["format2"].row == 1 and "not 0 or 1" in half.first_errors["format2"].message
+
+
+def _spins_one_cpu_second(completion: str, answer: str) -> float:
+    import time
+
+    start = time.process_time()  # CPU time: it does not run on while the process is stopped
+    while time.process_time() - start < 1.0:
+        pass
+    return 1.0
+
+
+def test_time_stopped_is_not_charged_to_a_reward_timeout():
+    """Issue 31, item 9: Ctrl-Z / SIGSTOP stops the trainer and its verifier workers; after SIGCONT an item that
+    needs 1 s of work within a 3 s timeout must not time out because the stop lasted 4 s."""
+    import subprocess
+
+    from hadw.rewards.pool import VerifierPool
+
+    pool = VerifierPool(num_workers=1, warm_up=False)
+    try:
+        assert pool.map(exact_item, ["1"], ["1"], 30.0)[0].value == 1.0  # started, nothing to wait for
+        pids = f"{os.getpid()} {pool.workers[0].process.pid}"
+        stopper = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -STOP {pids}; sleep 4; kill -CONT {pids}"])
+        try:
+            (outcome,) = pool.map(_spins_one_cpu_second, ["a"], ["1"], 3.0)
+        finally:
+            stopper.wait()
+        assert outcome.status == "ok" and outcome.value == 1.0, outcome
+    finally:
+        pool.close()
+
+
+def test_time_stopped_is_not_charged_to_an_in_process_reward_timeout():
+    """The same for a reward that runs in a thread of the trainer (the whole process stops, its thread too)."""
+    import subprocess
+
+    reward = RewardFunction("spin", _spins_one_cpu_second)
+    stopper = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -STOP {os.getpid()}; sleep 4; kill -CONT {os.getpid()}"])
+    try:
+        result = run_reward(reward, ["a"], ["1"], timeout_s=3.0)
+    finally:
+        stopper.wait()
+    assert result.scores == [1.0] and not result.kinds, result.messages

@@ -1,7 +1,8 @@
 """The user's reward: import paths with TRL's signature (prompts, completions, dataset columns), per-item
 functions isolated in the verifier pool, `math_any` (unboxed answers), and hadw's rewards as TRL rewards.
 
-Module level stays light (no torch): pool workers import this module to unpickle `slow_item`.
+Module level stays light (no torch): pool workers import this module to unpickle `slow_item` and to call the
+import-path rewards (they run in a pool process, so a reward records its calls in the file its `log` column names).
 """
 
 from __future__ import annotations
@@ -13,14 +14,21 @@ import pytest
 
 from hadw.rewards import RewardSpec, TRLReward, get_reward, resolve_reward, run_reward, score, trl_reward
 
-CALLS: list[dict] = []
+CALLS: list[dict] = []  # not a function (test_import_path_errors_are_one_line_value_errors)
 HERE = __name__  # "test_rewards_import" (pytest's rootdir-relative import)
 
 
-def trl_accuracy(prompts, completions, solution, **kwargs):
-    """Written for TRL: 1.0 when the completion's text equals the `solution` column."""
-    CALLS.append({"prompts": prompts, "solution": solution, **kwargs})
+def trl_accuracy(prompts, completions, solution, log=None, **kwargs):
+    """Written for TRL: 1.0 when the completion's text equals the `solution` column. Records each call (its
+    arguments) as a JSON line in the file the `log` column names."""
+    if log:
+        with open(log[0], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"prompts": prompts, "solution": solution, **kwargs}) + "\n")
     return [float(c.strip() == str(s)) for c, s in zip(completions, solution, strict=True)]
+
+
+def recorded_calls(log) -> list[dict]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
 
 
 def named_only(completions, answer):  # no **kwargs: receives only what it names
@@ -39,14 +47,14 @@ def slow_item(completion: str, answer: str) -> float:  # per-item, picklable: ru
     return float(completion == answer)
 
 
-def test_trl_signature_reward_gets_prompts_and_dataset_columns():
-    CALLS.clear()
+def test_trl_signature_reward_gets_prompts_and_dataset_columns(tmp_path):
+    log = tmp_path / "calls.jsonl"
     fn = resolve_reward(f"{HERE}:trl_accuracy")
     assert isinstance(fn, TRLReward) and fn.name == f"{HERE}:trl_accuracy"
-    columns = {"solution": [3, 4], "meta": [{"d": 1}, {"d": 2}]}
+    columns = {"solution": [3, 4], "meta": [{"d": 1}, {"d": 2}], "log": [str(log)] * 2}
     result = score(["3", "5"], ["3", "4"], [RewardSpec(fn.name)], fn.name, 1.0, ["1+2=", "2+2="], columns)
     assert result.correctness.tolist() == [1.0, 0.0]
-    call = CALLS[-1]
+    call = recorded_calls(log)[-1]
     assert call["prompts"] == ["1+2=", "2+2="] and call["solution"] == [3, 4] and call["answer"] == ["3", "4"]
     assert call["meta"] == [{"d": 1}, {"d": 2}]
 
@@ -127,7 +135,10 @@ def test_training_on_a_user_jsonl_with_user_fields_and_a_trl_reward(tmp_path):
     from hadw.train.config import load_config
     from hadw.train.trainer import Trainer
 
-    rows = [{"query": f"{a}+{a}", "solution": 2 * a, "meta": {"difficulty": 1 + a % 3}} for a in range(10)]
+    log = tmp_path / "calls.jsonl"
+    rows = [
+        {"query": f"{a}+{a}", "solution": 2 * a, "meta": {"difficulty": 1 + a % 3}, "log": str(log)} for a in range(10)
+    ]
     (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = f"{HERE}:trl_accuracy"
     overrides = [
@@ -149,13 +160,32 @@ def test_training_on_a_user_jsonl_with_user_fields_and_a_trl_reward(tmp_path):
         "logging.progress=false",
         f"train.output_dir={tmp_path / 'run'}",
     ]
-    CALLS.clear()
     Trainer(load_config(None, overrides)).train()
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if "critic/score/mean" in s] == [1, 2]
-    train_calls = [c for c in CALLS if len(c["prompts"]) == 4]  # 2 prompts x 2 responses per step
+    train_calls = [c for c in recorded_calls(log) if len(c["prompts"]) == 4]  # 2 prompts x 2 responses per step
     assert len(train_calls) == 2
     by_prompt = dict(zip(train_calls[0]["prompts"], train_calls[0]["solution"], strict=True))
     assert all(by_prompt[f"{a}+{a}="] == 2 * a for a in range(10) if f"{a}+{a}=" in by_prompt)  # plain template
     assert all(isinstance(s, int) for s in train_calls[0]["solution"])  # the raw column, not the mapped string
     assert set(train_calls[0]["meta"][0]) == {"difficulty"}
+
+
+def test_a_reward_module_that_exits_or_reads_argv_on_import(tmp_path, monkeypatch):
+    """Issue 31, item 13: a script turned reward module (`sys.exit(main())`, argparse at the top level)."""
+    from hadw.train.config import ConfigError, load_config
+
+    (tmp_path / "script_reward.py").write_text(
+        "import sys\ndef f(prompts, completions, **kw): return [1.0] * len(completions)\n"
+        "def main(): return 3\nsys.exit(main())\n"
+    )
+    (tmp_path / "argv_reward.py").write_text(
+        "import argparse\nARGS = argparse.ArgumentParser().parse_args()\n"
+        "def f(prompts, completions, **kw): return [1.0] * len(completions)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["hadw", "train", "reward.functions=[argv_reward:f]"])
+    with pytest.raises(ConfigError, match=r"importing module 'script_reward' called sys.exit\(3\)"):
+        load_config(None, ["reward.functions=[script_reward:f]", "reward.correctness=script_reward:f"])
+    assert resolve_reward("argv_reward:f").run(["a"], ["1"]).scores == [1.0]  # argv is the module's, not hadw's

@@ -104,3 +104,31 @@ def test_an_unfinished_runs_newest_checkpoint_is_what_eval_reads(tmp_path):
         (run / f"checkpoint-00000{step}" / "model").mkdir(parents=True)
         (run / f"checkpoint-00000{step}" / "model" / marker).write_text("{}")
         assert read_run(run).model == run / f"checkpoint-00000{step}" / "model"
+
+
+def test_eval_of_a_running_run_survives_its_checkpoint_being_pruned(file_run, tmp_path, monkeypatch):
+    """Issue 31, item 6: `hadw eval RUN_DIR` picks the newest checkpoint; the trainer saves the next one and prunes
+    it (checkpoint.keep_last=1) before eval has read it. Eval loads the newer one instead of failing."""
+    import shutil
+
+    import hadw.rollout as rollout
+
+    run = tmp_path / "running"
+    shutil.copytree(file_run, run)
+    shutil.rmtree(run / "final_model")  # still training: its newest weights are checkpoint-000001
+    (run / "final_eval.json").unlink()
+    real_load, loaded = rollout.load_model, []
+
+    def trainer_prunes_first(path, *args, **kwargs):
+        if not loaded:  # the trainer's next checkpoint lands, the one eval picked is pruned
+            shutil.copytree(run / "checkpoint-000001", run / "checkpoint-000002")
+            shutil.rmtree(run / "checkpoint-000001")
+        loaded.append(str(path))
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(rollout, "load_model", trainer_prunes_first)
+    out = tmp_path / "eval.json"
+    result = runner.invoke(build_app(), ["eval", str(run), "--limit", "2", "--json", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert [p.split("/")[-2] for p in loaded] == ["checkpoint-000001", "checkpoint-000002"]  # .../model
+    assert json.loads(out.read_text())["model"] == str(run / "checkpoint-000002" / "model")

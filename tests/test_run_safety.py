@@ -3,9 +3,11 @@ checkpoint loading, durability, signals, rewards that hang or return garbage, in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -250,9 +252,13 @@ def test_keep_last_keeps_the_current_checkpoint(tiny_path, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- 5. signals
-def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_path, tmp_path):
+def test_sigterm_sigint_and_sighup_stop_at_a_safe_point_with_the_resume_command(tiny_path, tmp_path):
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
-    runs = {signal.SIGTERM: (tmp_path / "term", 143), signal.SIGINT: (tmp_path / "int", 130)}
+    runs = {
+        signal.SIGTERM: (tmp_path / "term", 143),
+        signal.SIGINT: (tmp_path / "int", 130),
+        signal.SIGHUP: (tmp_path / "hup", 129),  # issue 31: a closed terminal killed the run where it stood
+    }
     procs = {  # both at once: the start-up (imports) dominates
         signum: subprocess.Popen(
             [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
@@ -280,6 +286,94 @@ def test_sigterm_and_sigint_stop_at_a_safe_point_with_the_resume_command(tiny_pa
         assert not list(run.glob(".tmp-checkpoint-*"))
         steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
         assert checkpoint.name == f"checkpoint-{steps[-1]:06d}"  # the work up to the stop was saved
+
+
+def test_a_closed_terminal_saves_the_finished_steps(tiny_path, tmp_path):
+    """The terminal of `hadw train` closes (its ssh session ends): the kernel sends SIGHUP and every later write
+    to the terminal fails (EIO). The run still checkpoints its finished steps and exits 129."""
+    import fcntl
+    import pty
+    import termios
+
+    run = tmp_path / "run"
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:  # a new session whose controlling terminal is the pty, like a login shell's
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    command = [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")]
+    proc = subprocess.Popen(
+        [*command, "logging.progress=true"],  # the progress bar writes to the terminal too
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")},
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        preexec_fn=own_terminal,
+        pass_fds=(slave,),
+    )
+    os.close(slave)
+    metrics, deadline = run / "metrics.jsonl", time.monotonic() + 180
+    while not (metrics.is_file() and metrics.stat().st_size > 0):
+        with contextlib.suppress(OSError):  # drain the terminal: a full pty would block the trainer's writes
+            if select.select([master], [], [], 0.05)[0]:
+                os.read(master, 65536)
+        assert time.monotonic() < deadline and proc.poll() is None
+    os.close(master)  # the terminal hangs up: SIGHUP to the trainer, EIO on its writes
+    try:
+        assert proc.wait(timeout=120) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    checkpoint = latest_checkpoint(run)
+    steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert checkpoint is not None and checkpoint.name == f"checkpoint-{steps[-1]:06d}"
+    assert not list(run.glob(".tmp-checkpoint-*"))
+
+
+def test_a_trainer_whose_folder_is_removed_or_taken_over_stops_in_one_line(tiny_path, tmp_path):
+    """Issue 31, item 5: the run folder removed (or its lock replaced, as a second `hadw train` on a recreated
+    folder would) while `hadw train` runs: it stops in one line, exit 2, and never recreates the folder."""
+    import shutil
+
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
+    runs = {"removed": tmp_path / "removed", "lock_replaced": tmp_path / "lock_replaced"}
+    procs = {
+        case: subprocess.Popen(
+            [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        for case, run in runs.items()
+    }
+    try:
+        for case, run in runs.items():
+            metrics, deadline = run / "metrics.jsonl", time.monotonic() + 180
+            while not (metrics.is_file() and metrics.stat().st_size > 0):
+                assert time.monotonic() < deadline and procs[case].poll() is None
+                time.sleep(0.05)
+            if case == "removed":
+                shutil.rmtree(run)
+            else:
+                (run / ".lock").unlink()
+                (run / ".lock").write_text("another process\n")
+        for case, run in runs.items():
+            _, err = procs[case].communicate(timeout=120)
+            assert procs[case].returncode == 2, err
+            lines = err.strip().splitlines()
+            assert "was removed or replaced while this run trained; stopped" in lines[-1] and "Traceback" not in err
+            if case == "removed":
+                assert not run.exists()  # never recreated by a checkpoint
+            else:
+                assert (run / ".lock").read_text() == "another process\n"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_verifier_workers_die_with_their_parent(tmp_path):
@@ -320,7 +414,7 @@ def test_a_killed_compare_stops_its_worker_runs(tmp_path):
         "import os, time\n"
         "from hadw.experiments.compare import run_all\n"
         "def worker(spec):\n"
-        "    print(os.getpid(), flush=True)\n"
+        "    os.write(1, f'{os.getpid()}\\n'.encode())  # one write: two workers' lines never interleave\n"
         "    time.sleep(1000)\n"
         "if __name__ == '__main__':\n"
         "    run_all([0, 1], jobs=2, worker=worker)\n"

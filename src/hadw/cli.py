@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import importlib
@@ -78,7 +79,8 @@ def handle_user_errors(fn, command: str | None = None):
             line = user_error_line(err)
             if line is None or os.environ.get("HADW_DEBUG") == "1":
                 raise
-            typer.secho(f"{getattr(err, 'prefix', 'error: ')}{line}", fg="red", err=True)
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP): the exit code still tells
+                typer.secho(f"{getattr(err, 'prefix', 'error: ')}{line}", fg="red", err=True)
             raise typer.Exit(getattr(err, "exit_code", 2)) from None
 
     return wrapper

@@ -15,6 +15,18 @@ class UserError(Exception):
     prefix = "error: "  # what the CLI puts before the message
 
 
+class SignalStop(UserError):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped a command at a safe point, after saving what it had: the
+    message says where it stopped and how to go on; the exit code is the shell's for the signal, 128 + its number."""
+
+    prefix = ""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
 # Optional packages -> the extra of pyproject.toml that brings them (one home for the CLI's message).
 EXTRAS = {
     "matplotlib": "theory",

@@ -27,10 +27,18 @@ def subplots(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6.4
 
 
 def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Lay out and write `fig` (format from the suffix); parent folders are created."""
+    """Lay out and write `fig` (format from the suffix); parent folders are created. Written to a temporary
+    name and renamed: a link at `path` is refused, never followed, and a failed write leaves the old file."""
+    import io
+
+    from hadw.safe_files import atomic_write_bytes, refuse_link
+
     path = Path(path)
+    refuse_link(path, "(a figure): remove it or choose another file")
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format=path.suffix.lstrip(".").lower() or None)
+    atomic_write_bytes(path, buffer.getvalue())
     return path

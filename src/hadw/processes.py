@@ -17,6 +17,9 @@ import threading
 import time
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# The signals that stop a command at a safe point: Ctrl-C, a scheduler's or `kill`'s SIGTERM, and SIGHUP (a closed
+# terminal or ssh session; not on Windows).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
@@ -45,3 +48,30 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
             os.kill(os.getpid(), signum)
 
         threading.Thread(target=watchdog, daemon=True, name="hadw-parent-watchdog").start()
+
+
+class RunningClock:
+    """time.monotonic() less the time this process spent stopped (SIGSTOP / Ctrl-Z, a suspended machine), for
+    deadlines that must charge only the time the work could run: a reward item must not time out because its
+    trainer was stopped for an hour.
+
+    Nothing says when a process was stopped, so a caller reads the clock at least every `slack` / 4 seconds
+    (a poll loop); a gap of more than `slack` between two readings is taken as stopped time and not counted."""
+
+    def __init__(self, slack: float = 1.0):
+        self.slack = slack
+        self._last = time.monotonic()
+        self._stopped = 0.0
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        gap = now - self._last
+        if gap > self.slack:
+            self._stopped += gap
+        self._last = now
+        return now - self._stopped
+
+    @property
+    def poll_s(self) -> float:
+        """The longest a caller may wait between two readings."""
+        return self.slack / 4

@@ -1,14 +1,23 @@
-"""Writes into a run folder that never follow a symbolic link (a leaf: imports only hadw.errors).
+"""Writes that never follow a symbolic link and never replace what hadw did not write (a leaf: imports
+only hadw.errors).
 
 A link planted in a run folder (`ln -s ~/.bashrc RUN/config.yaml`) must not make a run truncate or
 overwrite its target. Every file a run writes is opened with O_NOFOLLOW (appends, the lock) or written
 to a fresh temporary name and renamed over the final one (a rename replaces a link, never its target);
 a planted link where hadw would write is refused in one line.
+
+Output files a command writes where its user asked (`hadw eval --json/--samples/--markdown`, the reports of
+`hadw compare --out`) go through `write_output`: a link there is refused, an existing file is replaced only
+when hadw wrote it (each command recognises its own files by their content) or with --overwrite, and the
+new content is written to a temporary name and renamed, so a failed write leaves the old file whole.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -19,13 +28,10 @@ class LinkError(UserError):
     """A symbolic link sits where hadw would write; hadw never writes through one."""
 
 
-def refuse_link(path: Path) -> None:
-    """LinkError when `path` is a symbolic link (dangling or not)."""
+def refuse_link(path: Path, where: str = "in a run folder: remove it") -> None:
+    """LinkError when `path` is a symbolic link (dangling or not); `where` ends the line (what to do)."""
     if path.is_symlink():
-        raise LinkError(
-            f"{path} is a symbolic link (to {os.readlink(path)}); hadw never writes through a link in a run "
-            "folder: remove it"
-        )
+        raise LinkError(f"{path} is a symbolic link (to {os.readlink(path)}); hadw never writes through a link {where}")
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
@@ -45,15 +51,115 @@ def open_append(path: Path) -> IO[str]:
 
 
 def atomic_write_text(path: Path, text: str, fsync: bool = True) -> None:
-    """Write `text` to a fresh temporary file beside `path` (O_EXCL | O_NOFOLLOW: a planted temporary name is
-    removed first, never followed), fsync it, and rename it over `path` (a link at `path` is replaced)."""
+    """Write `text` (UTF-8) to `path` through a temporary file (atomic_write_bytes)."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync)
+
+
+def atomic_write_bytes(path: Path, data: bytes, fsync: bool = True) -> None:
+    """Write `data` to a fresh temporary file beside `path` (O_EXCL | O_NOFOLLOW: a planted temporary name is
+    removed first, never followed), fsync it, and rename it over `path` (a link at `path` is replaced). A
+    failed write (disk full) removes the temporary file and leaves `path` as it was."""
     tmp = path.with_name(f".{path.name}.tmp")
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
     fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+HEAD_BYTES = 4096  # what `write_output` reads of an existing file to recognise it as hadw's own
+
+
+def head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first `size` bytes of a regular file, read without following a link (b"" when unreadable)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, LinkError):
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(size)
+
+
+def check_output(path: Path, option: str, owned: Callable[[bytes], bool], overwrite: bool = False) -> None:
+    """UserError (one line naming `option` and `path`) unless `path` may receive an output file: not a link,
+    not a folder or other non-regular file, and, when it exists with content, either recognised by `owned`
+    (given the file's first HEAD_BYTES bytes) as a file this command wrote, or `overwrite` is set."""
+    refuse_link(path, f"({option}): remove it or choose another file")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise UserError(f"{option} {path}: is a folder or a special file, not a file hadw can write; choose a file")
+    if overwrite or path.stat().st_size == 0:
+        return
+    if not owned(head(path)):
+        raise UserError(
+            f"{option} {path}: the file exists and hadw did not write it; choose another file, or pass --overwrite "
+            "to replace it"
+        )
+
+
+def write_output(
+    path: Path, data: str | bytes, option: str, owned: Callable[[bytes], bool], overwrite: bool = False
+) -> None:
+    """Write an output file the user named (check_output, then a temporary file renamed over `path`)."""
+    check_output(path, option, owned, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def json_marker(command: str) -> str:
+    """The first key of a JSON report hadw writes: how `owned_json` recognises the file as its own."""
+    return f'"written_by": "hadw {command}"'
+
+
+def owned_json(command: str) -> Callable[[bytes], bool]:
+    """Recognises a JSON file that starts with {json_marker(command), ...} (what hadw writes)."""
+    marker = json_marker(command).encode()
+    return lambda data: data.lstrip()[:1] == b"{" and data.lstrip()[1:].lstrip().startswith(marker)
+
+
+def markdown_marker(command: str) -> str:
+    """The first line of a markdown report hadw writes (an HTML comment: invisible when rendered)."""
+    return f"<!-- written by hadw {command} -->\n"
+
+
+def owned_markdown(command: str) -> Callable[[bytes], bool]:
+    """Recognises a markdown file that starts with markdown_marker(command)."""
+    marker = markdown_marker(command).encode()
+    return lambda data: data.startswith(marker)
+
+
+class DiskFullError(UserError):
+    """The disk filled up while hadw wrote a file; what was complete before is kept."""
+
+
+# How a full disk shows in the errors of the writers hadw calls: OSError (ENOSPC / EDQUOT), safetensors
+# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file").
+_FULL_DISK_SIGNS = ("No space left on device", "StorageFull", "code: 28", "Disk quota exceeded", "file write failed")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True when err says the disk (or the quota) is full, whichever library raised it."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(sign in str(err) for sign in _FULL_DISK_SIGNS)
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(what: str, after: str) -> Iterator[None]:
+    """Turn a full disk while writing `what` into one line (DiskFullError) that ends with `after` (what is kept,
+    how to go on), instead of the writer's 100-line traceback; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        raise DiskFullError(f"the disk is full: writing {what} failed; {after}") from None

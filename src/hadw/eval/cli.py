@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -81,6 +83,13 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
         limit if limit is not None else run.eval_size,  # the held-out items the trainer scored
         seed if seed != 0 else run.seed,  # a task's held-out items follow the run's seed
     )
+
+
+def _run_dir(model: str) -> str | None:
+    """MODEL when it is a run folder of `hadw train` (its weights may change while it trains), else None."""
+    from hadw.eval.run_recipe import is_run_dir
+
+    return model if is_run_dir(model) else None
 
 
 def _load_sources(
@@ -176,24 +185,88 @@ def _check_budget(memory_budget_gb: float | None) -> None:
         raise typer.BadParameter(f"{memory_budget_gb}; allowed: > 0", param_hint="'--memory-budget-gb'")
 
 
-def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False):
+def _load_model(model: str, dtype: str, device: str, trust_remote_code: bool = False, run_dir: str | None = None):
+    """(model, tokenizer, the path loaded), in memory. run_dir: MODEL was that run folder's newest weights; a
+    running trainer may prune that checkpoint (checkpoint.keep_last) while it loads: then the run's newest weights
+    are looked up again (up to 3 times), never a half-read checkpoint. Any other failure is one line, exit 2."""
+    from hadw.eval.run_recipe import read_run
     from hadw.rollout import load_model
     from hadw.rollout.models import model_load_error
 
-    try:
-        return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
-    except Exception as err:  # missing, damaged or mismatched: one line, exit 2
-        line = str(err) if isinstance(err, UserError | FileNotFoundError) else model_load_error(err)
-        raise UserError(f"MODEL {model}: {line}") from None
+    for _ in range(3):
+        try:
+            return (*load_model(model, dtype, device, trust_remote_code=trust_remote_code), model)
+        except Exception as err:  # missing, damaged or mismatched: one line, exit 2
+            if run_dir is not None and str(newer := read_run(run_dir).model) != model:
+                model = str(newer)  # pruned under us by the trainer (or being pruned): its newer weights
+                continue
+            line = str(err) if isinstance(err, UserError | FileNotFoundError) else model_load_error(err)
+            raise UserError(f"MODEL {model}: {line}") from None
+    raise UserError(f"MODEL {run_dir}: its checkpoints were pruned three times while loading; try again")
 
 
-def _write_json(path: str | None, data: dict) -> None:
-    data = jsonable(data)
+OverwriteOption = typer.Option(
+    "--overwrite", help="Replace existing output files that hadw did not write (they are refused otherwise)."
+)
+# An eval samples row as json.dumps writes it (evaluate.py): how an existing --samples file is recognised as one
+# `hadw eval` wrote (a run's training samples.jsonl, or the user's own file, is not).
+_SAMPLES_ROW = re.compile(
+    rb'^\{(?:"mode": "[a-z]+", )?"source": "(?:[^"\\]|\\.)*", "level": [^,]*, "index": \d+, "sample": \d+, '
+    rb'"temperature": '
+)
+
+
+def owned_samples(data: bytes) -> bool:
+    """True when `data` (a file's first bytes) starts with an eval samples row."""
+    return _SAMPLES_ROW.match(data) is not None
+
+
+def _refuse_run_file(path: Path, option: str) -> None:
+    """A run folder's own files are never an output file: `hadw eval RUN --samples samples.jsonl` run inside the
+    run folder must not replace its training log, --overwrite or not."""
+    from hadw.train.run_dir import is_run_file
+
+    if is_run_file(path):
+        raise UserError(
+            f"{option} {path}: that is the run's own {path.name}, written by hadw train; choose another file"
+        )
+
+
+def write_output(path: str | Path, text: str, option: str, owned: Callable[[bytes], bool], overwrite: bool) -> None:
+    """Write an output file the user named (hadw.safe_files.write_output), never one of a run folder's own files."""
+    from hadw.safe_files import write_output as safe_write
+
+    _refuse_run_file(Path(path), option)
+    safe_write(Path(path), text, option, owned, overwrite)
+
+
+def _write_json(path: str | None, data: dict, command: str = "eval", overwrite: bool = False) -> None:
+    """The report as JSON: to stdout ('-') or a file whose first key says which hadw command wrote it."""
+    from hadw.safe_files import owned_json
+
+    data = {"written_by": f"hadw {command}", **jsonable(data)}
     if path == "-":
         typer.echo(json.dumps(data, indent=1))
     elif path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        write_output(path, json.dumps(data, indent=1) + "\n", "--json", owned_json(command), overwrite)
+
+
+def _check_outputs(
+    samples: Path | None, markdown: Path | None, json_path: str | None, overwrite: bool, command: str = "eval"
+) -> None:
+    """Each output file of `hadw eval` / `probe` may be written (write_output's checks), checked before the
+    model runs."""
+    from hadw.safe_files import check_output, owned_json, owned_markdown
+
+    outputs = [("--samples", samples, owned_samples), ("--markdown", markdown, owned_markdown("eval"))]
+    outputs.append(("--json", Path(json_path) if json_path not in (None, "-") else None, owned_json(command)))
+    paths = [p.resolve() for _, p, _ in outputs if p is not None]
+    if len(set(paths)) != len(paths):
+        raise UserError("--samples, --markdown and --json name the same file; give each its own")
+    for option, path, owned in outputs:
+        if path is not None:
+            _refuse_run_file(path, option)
+            check_output(path, option, owned, overwrite)
 
 
 def _bar(total: int, desc: str, unit: str, mode: bool | str = "auto"):
@@ -263,6 +336,7 @@ def eval_cmd(
             help="Show the progress: a bar on a terminal, a plain line every 10 s elsewhere (HADW_PROGRESS=lines|bar).",
         ),
     ] = True,
+    overwrite: Annotated[bool, OverwriteOption] = False,
 ) -> None:
     """Greedy accuracy, avg@k at a temperature and unbiased pass@k, per source and difficulty level."""
     if k < 1:
@@ -273,7 +347,9 @@ def eval_cmd(
     pass_ks = parse_ints(pass_k, "--pass-k")
     if any(not 1 <= j <= k for j in pass_ks):
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
+    _check_outputs(samples, markdown, json_path, overwrite)  # before minutes of generation, not after
     fields = (prompt_field, answer_field, level_field)
+    run_dir = _run_dir(model)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
@@ -281,7 +357,7 @@ def eval_cmd(
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
 
-    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    lm, tokenizer, model = _load_model(model, dtype, device, trust_remote_code, run_dir)
     _say_length_limit("eval", data, max_new_tokens)
     total = sum(len(s.problems) for s in sources) * (2 if k > 1 else 1)
     bar = _bar(total, "eval", "problem", progress)
@@ -306,15 +382,15 @@ def eval_cmd(
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
     notes = completion_notes(result.stats)
     if samples:
-        samples.parent.mkdir(parents=True, exist_ok=True)
-        with samples.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
+        text = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
+        write_output(samples, text, "--samples", owned_samples, overwrite)
         notes.append(f"wrote {len(result.samples)} completions to {samples}")
     if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
+        from hadw.safe_files import markdown_marker, owned_markdown
+
         text = f"# {title}\n\n" + markdown_table(headers, rows) + "".join(f"\n{n}\n" for n in notes)
-        markdown.write_text(text, encoding="utf-8")
-    _write_json(json_path, {"model": str(model), **result.to_dict()})
+        write_output(markdown, markdown_marker("eval") + text, "--markdown", owned_markdown("eval"), overwrite)
+    _write_json(json_path, {"model": str(model), **result.to_dict()}, "eval", overwrite)
     if json_path != "-":
         console = Console()
         console.print(rich_table(title, headers, rows))
@@ -368,6 +444,7 @@ def probe_cmd(
     device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
     png: Annotated[Path, typer.Option("--png", help="Figure path.")] = Path("probe.png"),
     json_path: Annotated[str | None, JsonOption] = None,
+    overwrite: Annotated[bool, OverwriteOption] = False,
 ) -> None:
     """Figure 1(b) on your model: group-of-G vs N-sample advantages per difficulty, beside the theory's bias."""
     try:
@@ -380,8 +457,10 @@ def probe_cmd(
         raise typer.BadParameter(f"{edges!r}: expected at least two increasing finite numbers", param_hint="'--edges'")
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
+    _check_outputs(None, None, json_path, overwrite, "probe")
     _check_budget(memory_budget_gb)
     fields = (prompt_field, answer_field, level_field)
+    run_dir = _run_dir(model)
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, _, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
@@ -390,7 +469,7 @@ def probe_cmd(
     from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
 
-    lm, tokenizer = _load_model(model, dtype, device, trust_remote_code)
+    lm, tokenizer, model = _load_model(model, dtype, device, trust_remote_code, run_dir)
     _say_length_limit("probe", data, max_new_tokens)
     n = groups * group_size + reference
     bar = _bar(sum(len(s.problems) for s in sources), f"probe ({n} samples/prompt)", "prompt")
@@ -431,7 +510,10 @@ def probe_cmd(
         raise typer.BadParameter(str(err), param_hint="'--edges'") from None
     plot_probe(png, report)
     _write_json(
-        json_path, {"model": str(model), "data": data, "temperature": temperature, "png": str(png), **report.to_dict()}
+        json_path,
+        {"model": str(model), "data": data, "temperature": temperature, "png": str(png), **report.to_dict()},
+        "probe",
+        overwrite,
     )
     if json_path != "-":
         console = Console()

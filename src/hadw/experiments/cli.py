@@ -11,7 +11,7 @@ from rich.console import Console
 
 from hadw import metrics as M
 from hadw.cli_lists import check_range, parse_ints
-from hadw.eval.cli import JsonOption, _bar, _write_json
+from hadw.eval.cli import JsonOption, OverwriteOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
 
@@ -103,6 +103,7 @@ def compare_cmd(
     poll: Annotated[
         float, typer.Option("--poll", help="ray/slurm: seconds between checks of the runs (progress line).")
     ] = 5.0,
+    overwrite: Annotated[bool, OverwriteOption] = False,
 ) -> None:
     """Run (or collect) N seeds × several configs; report means, intervals and seed-paired differences."""
     if method not in ("t", "bootstrap"):
@@ -123,6 +124,11 @@ def compare_cmd(
     from hadw.experiments import compare as cmp
     from hadw.experiments.plots import plot_compare
 
+    cmp.check_reports(out, overwrite)  # before hours of runs, not after
+    if json_path not in (None, "-"):
+        from hadw.safe_files import check_output, owned_json
+
+        check_output(Path(json_path), "--json", owned_json("compare"), overwrite)
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
@@ -132,11 +138,13 @@ def compare_cmd(
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
         _check_configs(specs)
-        cmp.write_manifest(out, arms, seed_list, config, override)
+        cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
         if launcher == "local":
             bar = _bar(len(specs), f"runs ({jobs} at a time)", "run")
-            statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
-            bar.close()
+            try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
+                statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+            finally:
+                bar.close()
         else:
             from hadw.experiments.launchers import launch
 
@@ -189,16 +197,19 @@ def compare_cmd(
             Console().print(rich_table(title, headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
-    (out / "compare.md").write_text(
+    from hadw.safe_files import markdown_marker
+
+    report = (
         f"# Comparison over seeds {seed_list} ({confidence:.0%} {method} intervals; differences paired by seed)\n\n"
         + "\n".join(sections)
         + note
-        + f"\n![curves]({png.name})\n",
-        encoding="utf-8",
+        + f"\n![curves]({png.name})\n"
     )
+    cmp.write_report(out, cmp.COMPARE_MD, markdown_marker("compare") + report, overwrite)
     data = {**result.to_dict(), "primary": primary_key}
-    (out / "compare.json").write_text(json.dumps(jsonable(data), indent=1) + "\n", encoding="utf-8")
-    _write_json(json_path, data)
+    marked = {"written_by": "hadw compare", **jsonable(data)}
+    cmp.write_report(out, cmp.COMPARE_JSON, json.dumps(marked, indent=1) + "\n", overwrite)
+    _write_json(json_path, data, "compare", overwrite)
     if json_path != "-":
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:

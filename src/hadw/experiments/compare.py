@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from hadw import metrics as M
+from hadw.errors import SignalStop
 from hadw.experiments.stats import Interval, PairedDifference, interval, paired_difference
 from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
+from hadw.processes import STOP_SIGNALS
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 MANIFEST = "compare_manifest.json"
@@ -172,8 +174,7 @@ def execute_run(spec: RunSpec) -> dict:
         if status == "finished":
             return {"arm": spec.arm, "seed": spec.seed, "status": "reused", "error": None}
         if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
-            for name in (METRICS_FILE, SAMPLES_FILE):
-                (spec.run_dir / name).unlink(missing_ok=True)
+            _remove_stale_logs(spec.run_dir)
         from hadw.safe_files import open_append
         from hadw.train.trainer import Trainer
 
@@ -190,6 +191,14 @@ def execute_run(spec: RunSpec) -> dict:
             "status": "resumed" if status == "resume" else "trained",
             "error": None,
         }
+    except SignalStop as err:  # the run saved and stopped on a signal: the sweep stops too (run_all)
+        return {
+            "arm": spec.arm,
+            "seed": spec.seed,
+            "status": "failed",
+            "error": f"Interrupted: {err}",
+            "signal": err.signum,
+        }
     except Exception as err:  # one failed run must not take the others down; reported at the end
         return {
             "arm": spec.arm,
@@ -197,6 +206,76 @@ def execute_run(spec: RunSpec) -> dict:
             "status": "failed",
             "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=5)}",
         }
+
+
+@contextlib.contextmanager
+def _signals_stop_the_sweep():
+    """While runs execute in this process: SIGINT / SIGTERM / SIGHUP between two runs' training loops (loading a
+    config, setting up a trainer) raise SignalStop at once, nothing being lost. A trainer's loop installs its own
+    handlers (a safe stop: finish the step, save it) and restores these after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SignalStop(f"{signal.Signals(signum).name}: stopped between runs", signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _run_here(specs: Sequence[RunSpec], on_done: Callable[[dict], None] | None, worker) -> list[dict]:
+    """The runs one after the other in this process; a signal stops the sweep (SignalStop after the stopped run's
+    checkpoint), never counted as one run's failure with the next run started."""
+    results: list[dict] = []
+    with _signals_stop_the_sweep():
+        for spec in specs:
+            try:
+                results.append(worker(spec))
+            except SignalStop as err:  # between two runs' training loops
+                results.append({"arm": spec.arm, "seed": spec.seed, "status": "failed", "error": str(err),
+                                "signal": err.signum})  # fmt: skip
+            if results[-1].get("signal"):
+                raise _sweep_stopped(results[-1], len(results), len(specs))
+            if on_done:
+                on_done(results[-1])
+    return results
+
+
+def _sweep_stopped(result: dict, done: int, total: int) -> SignalStop:
+    """The one line of a sweep stopped by a signal: which run stopped, what it saved, how to go on."""
+    import signal
+
+    name = signal.Signals(result["signal"]).name
+    said = result["error"].removeprefix("Interrupted: ").removeprefix(f"{name}: ").split("; resume with:")[0]
+    return SignalStop(
+        f"{name}: the sweep stopped at run {done} of {total} ({result['arm']} seed {result['seed']}: {said}); run "
+        "the same hadw compare command again to go on (finished runs are reused, interrupted ones resume)",
+        result["signal"],
+    )
+
+
+def _remove_stale_logs(run_dir: Path) -> None:
+    """Remove the logs of a run killed before its first checkpoint, holding the run's lock: a run another process
+    is training now (a second `hadw compare` on the same --out) is refused in one line ("in use by pid N"), never
+    unlinked under it. The trainer takes the lock again; between the two nothing of this run exists to lose."""
+    from hadw.train.run_dir import RunLock
+
+    if not run_dir.is_dir():
+        return
+    lock = RunLock(run_dir)
+    try:
+        for name in (METRICS_FILE, SAMPLES_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+    finally:
+        lock.release()
 
 
 def _init_worker(parent_pid: int) -> None:
@@ -220,13 +299,9 @@ def run_all(
     """Execute every spec with `worker`, `jobs` at a time in separate (spawned) processes; jobs = 1 runs here."""
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {jobs}")
-    results = []
     if jobs == 1:
-        for spec in specs:
-            results.append(worker(spec))
-            if on_done:
-                on_done(results[-1])
-        return results
+        return _run_here(specs, on_done, worker)
+    results = []
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -240,16 +315,53 @@ def run_all(
     return results
 
 
-def write_manifest(out_dir: str | Path, arms: Sequence[Arm], seeds: Sequence[int], config_path, base_overrides) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+# The report files `hadw compare` writes in --out; each is recognised as its own by its first bytes (the
+# "written_by" marker, or how a version before the marker began the file), else refused without --overwrite.
+COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
+_LEGACY_STARTS = {
+    MANIFEST: b'{\n "config": ',
+    COMPARE_MD: b"# Comparison over seeds ",
+    COMPARE_JSON: b'{\n "baseline": ',
+}
+
+
+def owned_report(name: str) -> Callable[[bytes], bool]:
+    """Recognises report `name` (MANIFEST, COMPARE_MD, COMPARE_JSON) as one `hadw compare` wrote."""
+    from hadw.safe_files import owned_json, owned_markdown
+
+    marked = owned_markdown("compare") if name.endswith(".md") else owned_json("compare")
+    return lambda data: marked(data) or data.startswith(_LEGACY_STARTS[name])
+
+
+def check_reports(out_dir: str | Path, overwrite: bool = False) -> None:
+    """UserError (one line) when a report file in out_dir is a link, or exists and hadw compare did not write
+    it (and not overwrite): checked before any run starts."""
+    from hadw.safe_files import check_output
+
+    for name in (MANIFEST, COMPARE_MD, COMPARE_JSON):
+        check_output(Path(out_dir) / name, f"--out {name}", owned_report(name), overwrite)
+
+
+def write_report(out_dir: str | Path, name: str, text: str, overwrite: bool = False) -> Path:
+    """Write report `name` in out_dir: never through a link, never over a file hadw compare did not write."""
+    from hadw.safe_files import write_output
+
+    path = Path(out_dir) / name
+    write_output(path, text, f"--out {name}", owned_report(name), overwrite)
+    return path
+
+
+def write_manifest(
+    out_dir: str | Path, arms: Sequence[Arm], seeds: Sequence[int], config_path, base_overrides, overwrite: bool = False
+) -> None:
     manifest = {
+        "written_by": "hadw compare",
         "config": str(config_path) if config_path else None,
         "overrides": list(base_overrides),
         "arms": [{"name": a.name, "overrides": list(a.overrides)} for a in arms],
         "seeds": list(seeds),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    write_report(out_dir, MANIFEST, json.dumps(manifest, indent=1) + "\n", overwrite)
 
 
 def discover(out_dir: str | Path) -> tuple[list[str], list[int]]:

@@ -14,6 +14,7 @@ one score to all items; sys.exit and os._exit inside a reward thread are caught 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
@@ -25,9 +26,11 @@ from typing import Any, Protocol
 
 from hadw.core.registry import Registry
 from hadw.errors import UserError
+from hadw.processes import RunningClock
 from hadw.rewards import verifiers
 
 DEFAULT_TIMEOUT_S = 5.0
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: the trainer's reward tensors
 MAX_MESSAGES = 10
 
 # How an item of a reward can fail; a failed item scores 0 and is counted under its kind, never raised.
@@ -122,6 +125,8 @@ def check_score(value: object) -> float:
         raise ScoreError(NOT_A_NUMBER, f"score {str(value)[:60]!r} is not a number ({e})") from None
     if not math.isfinite(score):
         raise ScoreError(NON_FINITE, f"score is {score} (scores must be finite)")
+    if abs(score) > FLOAT32_MAX:  # the rewards are float32 tensors: 1e39 would become inf there
+        raise ScoreError(NON_FINITE, f"score {score:g} overflows float32 to inf (scores must be within ±3.4e38)")
     return score
 
 
@@ -158,6 +163,33 @@ def _guard_os_exit() -> None:
         os._exit = _guarded_os_exit  # type: ignore[assignment]
 
 
+def _get(box: queue.SimpleQueue, timeout_s: float | None) -> Any:
+    """box.get() within timeout_s seconds of running time (queue.Empty after): the time this process was stopped
+    (SIGSTOP / Ctrl-Z) is not charged (hadw.processes.RunningClock)."""
+    if timeout_s is None:
+        return box.get()
+    clock = RunningClock()
+    deadline = clock() + timeout_s
+    while True:
+        now = clock()
+        try:
+            return box.get(timeout=max(0.0, min(deadline - now, clock.poll_s)))
+        except queue.Empty:
+            if clock() >= deadline:
+                raise
+
+
+def _in_cwd(call: Callable[[], object]) -> object:
+    """call(), then back to the working directory it started in: a reward that changes directory (a sandbox for
+    generated code) must not move the trainer or the next reward."""
+    cwd = os.getcwd()
+    try:
+        return call()
+    finally:
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+
+
 def _per_item(
     item: Callable[[int], object], n: int, timeout_s: float | None, give_up_after: int | None = None
 ) -> ItemScores:
@@ -179,14 +211,14 @@ def _per_item(
         def work(start: int = i, results: queue.SimpleQueue = results) -> None:
             for j in range(start, n):
                 try:
-                    results.put((j, None, check_score(item(j))))
+                    results.put((j, None, check_score(_in_cwd(lambda j=j: item(j)))))
                 except BaseException as e:  # SystemExit / os._exit included: counted, never fatal
                     results.put((j, _failure(j, e), 0.0))
 
         threading.Thread(target=work, daemon=True, name=_THREAD_PREFIX).start()
         while i < n:
             try:
-                j, failure, value = results.get(timeout=timeout_s)
+                j, failure, value = _get(results, timeout_s)
             except queue.Empty:
                 failures.append(ItemError(i, TIMEOUT, f"no result within {timeout_s:g} s"))
                 i, in_a_row = i + 1, in_a_row + 1
@@ -218,13 +250,13 @@ def _call_with_timeout(call: Callable[[], object], timeout_s: float | None) -> o
 
     def work() -> None:
         try:
-            box.put((True, call()))
+            box.put((True, _in_cwd(call)))
         except BaseException as e:  # SystemExit / RewardExit too: handed to the caller, never lost
             box.put((False, e))
 
     threading.Thread(target=work, daemon=True, name=_THREAD_PREFIX).start()
     try:
-        ok, value = box.get(timeout=timeout_s)
+        ok, value = _get(box, timeout_s)
     except queue.Empty:
         raise TimeoutError(f"no result within {timeout_s:g} s") from None
     if not ok:
@@ -245,6 +277,11 @@ def run_batch(name: str, call: Callable[[list[int]], Sequence[object]], n: int, 
             raise
         give_up = 2 if isinstance(err, TimeoutError) else None  # hung as a batch: likely hangs on every item
         return _per_item(lambda j: _single(name, call, j), n, timeout_s, give_up)
+    return _batch_scores(name, result, n)
+
+
+def _batch_scores(name: str, result: Sequence[object], n: int) -> ItemScores:
+    """A batch call's result as scores: the wrong length fails every item, a bad score its own item."""
     if len(result) != n:
         message = f"reward {name!r} returned {len(result)} scores for {n} items"
         return ItemScores.from_items([0.0] * n, [ItemError(j, WRONG_LENGTH, message) for j in range(n)])
@@ -255,6 +292,48 @@ def run_batch(name: str, call: Callable[[list[int]], Sequence[object]], n: int, 
         except ScoreError as e:
             failures.append(ItemError(j, e.kind, str(e)))
     return ItemScores.from_items(scores, failures)
+
+
+def run_batch_isolated(
+    name: str, call: Callable[..., Sequence[object]], args: Callable[[list[int]], tuple], n: int, timeout_s: float
+) -> ItemScores:
+    """run_batch in the verifier pool: call(*args(rows)) in a worker's main thread (signal.alarm works there),
+    killed with its process when it overruns. One call for the n rows (timeout_s per item); if it fails, the
+    rows one by one, as many at once as the pool has workers; after a batch that timed out, two timeouts in a
+    row count the remaining rows as timeouts without calling them (a reward that hangs on everything)."""
+    from hadw.rewards.pool import get_pool
+
+    pool = get_pool()
+    (whole,) = pool.call(call, [args(list(range(n)))], timeout_s * max(n, 1))
+    if whole.status == "ok":
+        return _batch_scores(name, whole.result, n)  # type: ignore[arg-type]
+    give_up = 2 if whole.status == "timeout" else None
+    scores, failures, in_a_row, start = [0.0] * n, [], 0, 0
+    while start < n:
+        if give_up is not None and in_a_row >= give_up:
+            message = f"not called: the reward timed out on {in_a_row} items in a row"
+            failures += [ItemError(j, TIMEOUT, message) for j in range(start, n)]
+            break
+        rows = list(range(start, min(n, start + pool.num_workers)))
+        for j, outcome in zip(rows, pool.call(call, [args([j]) for j in rows], timeout_s), strict=True):
+            in_a_row = in_a_row + 1 if outcome.status == "timeout" else 0
+            try:
+                scores[j] = check_score(_single_outcome(name, outcome))
+            except ScoreError as e:
+                failures.append(ItemError(j, e.kind, str(e)))
+        start = rows[-1] + 1
+    return ItemScores.from_items(scores, failures)
+
+
+def _single_outcome(name: str, outcome) -> object:
+    """The one score of a one-row call in the pool; ScoreError of the failure's kind otherwise."""
+    if outcome.status == "timeout":
+        raise ScoreError(TIMEOUT, outcome.message)
+    if outcome.status != "ok":
+        raise ScoreError(outcome.kind or RAISED, outcome.message)
+    if len(outcome.result) != 1:
+        raise ScoreError(WRONG_LENGTH, f"reward {name!r} returned {len(outcome.result)} scores for 1 item")
+    return outcome.result[0]
 
 
 def _single(name: str, call: Callable[[list[int]], Sequence[object]], j: int) -> object:

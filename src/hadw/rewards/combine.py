@@ -55,6 +55,7 @@ def score(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     prompts: list[str] | None = None,
     columns: dict[str, list] | None = None,
+    completion_format: str = "text",
 ) -> RewardResult:
     """Score N completions against their gold answers.
 
@@ -62,7 +63,8 @@ def score(
     of the 0/1 reward HA-DW uses; it is evaluated even when it is not one of the specs, and a spec of the
     same name is evaluated once. A failing item scores 0 in that reward and is counted by kind, never raised;
     a correctness score other than 0 / 1 is such an item (out of range).
-    prompts, columns: what rewards with TRL's signature receive besides the completions (loader.py).
+    prompts, columns: what rewards with TRL's signature receive besides the completions (loader.py);
+    completion_format: how they receive the completions, text or (chat) messages.
     """
     import torch
 
@@ -79,7 +81,7 @@ def score(
     results: dict[str, ItemScores] = {}
     for name, fn in fns.items():
         if isinstance(fn, TRLReward):
-            results[name] = fn.run(completions, answers, prompts, columns, timeout_s)
+            results[name] = fn.run(completions, answers, prompts, columns, timeout_s, completion_format)
         else:
             results[name] = run_reward(fn, completions, answers, timeout_s)
     results[correctness] = _binary(results[correctness], correctness)

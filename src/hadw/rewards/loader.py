@@ -7,8 +7,11 @@ An import path "module:attribute" names either
     called once per batch with keyword arguments: `prompts` (the prompt texts, the template filled in,
     no chat markup), `completions` (the response texts) and the dataset's columns, one list each: every
     top-level field of the rows (except `prompt`), plus `answer` (the gold answer) and `level` when the
-    rows have no such field. A TRL user's function works unchanged. It runs in a thread under
-    `reward.timeout_s` per item; None, NaN, a non-number or a wrong-length result scores 0 and is counted.
+    rows have no such field. A TRL user's function works unchanged. It runs in a verifier-pool process,
+    in its main thread (math-verify's signal.alarm timeouts work there, as under TRL), under
+    `reward.timeout_s` per item: a reward that overruns is killed with its process, never left running, and
+    the working directory of the trainer is never changed by it. None, NaN, a non-number or a wrong-length
+    result scores 0 and is counted.
   * or, when the name is listed in `reward.isolated`, a per-item function `f(completion, answer) -> float`
     run in the verifier pool under `reward.timeout_s` (a hang or a crash scores 0 and is counted);
   * or a hadw `RewardFunction`, used as it is.
@@ -17,6 +20,7 @@ The current directory is importable, as with `python -m`: `my_rewards.py` beside
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -28,12 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
+    NOT_A_NUMBER,
     FailureWatch,
     ItemScores,
     RewardFn,
     RewardFunction,
+    ScoreError,
     get_reward,
     run_batch,
+    run_batch_isolated,
     run_reward,
 )
 
@@ -45,20 +52,71 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
+def _trl_call(
+    fn: Callable,
+    completions: list[str],
+    prompts: list[str],
+    columns: Mapping[str, list],
+    completion_format: str = "text",
+) -> list[object]:
+    """fn called as TRL calls a reward: keyword arguments, only those it names when it takes no **kwargs; the
+    completions as text, or as TRL passes them for a conversational dataset (completion_format="messages")."""
+    if completion_format == "messages":
+        completions = [[{"role": "assistant", "content": c}] for c in completions]  # type: ignore[misc]
+    kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
+    params = inspect.signature(fn).parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):  # no **kwargs: pass only what it names
+        names = {p.name for p in params}
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    try:
+        result = fn(**kwargs)
+    except TypeError as err:  # trl.rewards.accuracy_reward on text: completion[0]["content"] of a string
+        if completion_format == "text" and "string indices must be integers" in str(err):
+            raise TypeError(
+                f"{err} (the reward reads each completion as chat messages, completion[0]['content']: set "
+                "reward.completion_format=messages)"
+            ) from None
+        raise
+    if isinstance(result, Mapping | str | bytes):  # list() of a {row: score} dict would score its keys
+        raise ScoreError(NOT_A_NUMBER, f"the reward returned a {type(result).__name__}; return a list, one score "
+                                       "per completion")  # fmt: skip
+    return list(result)
+
+
+@dataclass(frozen=True)
+class ImportPathCall:
+    """A picklable stand-in for an import-path reward, called in a verifier-pool process: the process imports the
+    function by its path, from `folder` (the trainer's working directory when it resolved the reward), when it
+    receives it (unpickling), so the import is not charged to an item's timeout; a module that does not import
+    there fails each call in one line (scored 0 and counted), never the worker."""
+
+    spec: str
+    folder: str
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        with contextlib.suppress(Exception):
+            _import(self.spec, self.folder)  # cached: the calls find it loaded (or raise the import's error)
+
+    def __call__(
+        self, completions: list[str], prompts: list[str], columns: Mapping[str, list], completion_format: str = "text"
+    ) -> list[object]:
+        return _trl_call(_import(self.spec, self.folder), completions, prompts, columns, completion_format)
+
+
 @dataclass(frozen=True)
 class TRLReward:
-    """A batch reward with TRL's signature; `run` passes the prompts and the dataset columns."""
+    """A batch reward with TRL's signature; `run` passes the prompts and the dataset columns. `remote`: how a pool
+    process calls it (an import-path reward); None runs it in a thread of this process (a function object)."""
 
     name: str
     fn: Callable[..., Sequence[float | None]]
+    remote: ImportPathCall | None = None
 
-    def _call(self, completions: list[str], prompts: list[str], columns: Mapping[str, list]) -> list[object]:
-        kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
-        params = inspect.signature(self.fn).parameters.values()
-        if not any(p.kind is p.VAR_KEYWORD for p in params):  # no **kwargs: pass only what it names
-            names = {p.name for p in params}
-            kwargs = {k: v for k, v in kwargs.items() if k in names}
-        return list(self.fn(**kwargs))
+    def _call(
+        self, completions: list[str], prompts: list[str], columns: Mapping[str, list], completion_format: str = "text"
+    ) -> list[object]:
+        return _trl_call(self.fn, completions, prompts, columns, completion_format)
 
     def run(
         self,
@@ -67,30 +125,46 @@ class TRLReward:
         prompts: list[str] | None = None,
         columns: Mapping[str, list] | None = None,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        completion_format: str = "text",
     ) -> ItemScores:
         """One call for the batch under timeout_s per item; if it raises, exits or times out, item by item, so
         one bad item scores 0 and is counted by kind (hadw.rewards.base.run_batch). None scores 0 and is counted."""
         prompts = prompts if prompts is not None else [""] * len(completions)
         columns = {"answer": answers, **(columns or {})}
 
-        def call(rows: list[int]) -> list[object]:
+        def args(rows: list[int]) -> tuple[list[str], list[str], dict[str, list], str]:
             picked = {k: [v[i] for i in rows] for k, v in columns.items()}
-            return self._call([completions[i] for i in rows], [prompts[i] for i in rows], picked)
+            return [completions[i] for i in rows], [prompts[i] for i in rows], picked, completion_format
 
-        return run_batch(self.name, call, len(completions), timeout_s)
+        if self.remote is not None and timeout_s is not None:
+            return run_batch_isolated(self.name, self.remote, args, len(completions), timeout_s)
+        return run_batch(self.name, lambda rows: self._call(*args(rows)), len(completions), timeout_s)
 
     def __call__(self, completions: list[str], answers: list[str]) -> list[float]:
         return self.run(completions, answers).scores
 
 
-def _import(spec: str) -> Any:
+@functools.cache
+def _import(spec: str, folder: str | None = None) -> Any:
+    """The object at "module:attribute"; its module is found on sys.path, then in `folder` (default: the current
+    directory, as `python -m` would). ValueError in one line when it cannot be imported or called."""
     module_name, _, attribute = spec.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # the `hadw` console script: cwd like `python -m`
-        sys.path.append(os.getcwd())
+    folder = folder or os.getcwd()
+    if folder not in sys.path and ("" not in sys.path or folder != os.getcwd()):  # the `hadw` console script
+        sys.path.append(folder)
+    argv, sys.argv = sys.argv, [module_name]  # a module that parses sys.argv on import must not read hadw's
     try:
         obj: Any = importlib.import_module(module_name)
+    except SystemExit as e:  # `sys.exit(main())` at the top level: hadw must not end with it
+        code = e.code if e.code is not None else ""
+        raise ValueError(
+            f"reward {spec!r}: importing module {module_name!r} called sys.exit({code}); keep a script's top level "
+            "under `if __name__ == '__main__':`"
+        ) from None
     except Exception as e:
         raise ValueError(f"reward {spec!r}: cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
+    finally:
+        sys.argv = argv
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"reward {spec!r}: {module_name!r} has no attribute {attribute!r}")
@@ -117,7 +191,7 @@ def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
         return replace(obj, name=name)
     if isolated:
         return RewardFunction(name, obj, isolated=True)
-    return TRLReward(name, obj)
+    return TRLReward(name, obj, ImportPathCall(name, os.getcwd()))
 
 
 def reward_inputs(problems: Sequence[Problem], template: str) -> tuple[list[str], dict[str, list]]:

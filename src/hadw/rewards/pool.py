@@ -7,6 +7,11 @@ after torch / CUDA / threads are up), reused across calls, and stopped at interp
 
 Scripts that use the pool must keep their top level under `if __name__ == "__main__":` (spawn re-imports
 the main module in each worker).
+
+`call` runs a whole function call in a worker instead (an import-path reward with TRL's signature: one call per
+batch): in the worker's main thread, where the signal.alarm timeouts of math-verify work, in a process that is
+killed when it overruns (a reward that loops forever leaves nothing running). A worker restores its working
+directory after every call. Deadlines do not count the time the trainer was stopped (SIGSTOP / Ctrl-Z).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import atexit
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -22,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from hadw.processes import die_with_parent
+from hadw.processes import RunningClock, die_with_parent
 
 ItemFn = Callable[[str, str], float]
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
@@ -30,22 +36,52 @@ STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
 
 @dataclass(frozen=True)
 class Outcome:
-    """status: "ok" (value is the score), "error" (the function raised; message says what), "timeout",
-    or "fatal" (a worker could not load the function; raised as RuntimeError, never returned)."""
+    """status: "ok" (value is the score; `result` what a `call` returned), "error" (the function raised;
+    message says what), "timeout", or "fatal" (a worker could not load the function; raised as RuntimeError,
+    never returned)."""
 
     status: str
     value: float = 0.0
     message: str = ""
     kind: str = ""  # status "error": how it failed (hadw.rewards.base.ERROR_KINDS)
+    result: object = None  # a `call`'s return value, as a list
+
+
+def _run(fn, kind: str, payload: tuple) -> Outcome:
+    """One item (a checked score) or one call (its result as a list) of fn, in the worker's main thread; the
+    working directory is restored after it (a reward that chdirs must not move the next one)."""
+    from hadw.rewards.base import RewardExit, _failure, check_score
+
+    def raise_exit(code: int) -> None:  # os._exit inside the reward: counted, the worker goes on
+        raise RewardExit(code)
+
+    cwd, real_exit = os.getcwd(), os._exit
+    os._exit = raise_exit  # type: ignore[assignment]
+    try:
+        if kind == "item":
+            return Outcome("ok", check_score(fn(*payload)))
+        return Outcome("ok", result=list(fn(*payload)))
+    except Exception as e:
+        failure = _failure(0, e)  # ScoreError: its kind; else "raised"
+        return Outcome("error", 0.0, failure.message, failure.kind)
+    except (SystemExit, RewardExit) as e:  # sys.exit / os._exit inside the reward
+        return Outcome("error", 0.0, _failure(0, e).message, _failure(0, e).kind)
+    finally:
+        os._exit = real_exit  # type: ignore[assignment]
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
 
 
 def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None) -> None:
-    """Messages in: ("fn", item_fn) to load a function, ("item", (completion, answer)), or None to stop.
-    Messages out: "ready" after start-up / loading a function, an Outcome per item."""
+    """Messages in: ("fn", fn) to load a function, ("item", (completion, answer)) or ("call", args), or None
+    to stop. Messages out: "ready" after start-up / loading a function, an Outcome per item or call."""
     if parent_pid is not None:
         die_with_parent(parent_pid)
-    from hadw.rewards.base import ScoreError, check_score
-
+    # Ctrl-C or a closed terminal signals the whole process group: the trainer stops at a safe point (it finishes
+    # the step, whose rewards run here); a worker that died with it would fail the step's items.
+    for name in ("SIGINT", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     if warm_up:
         from hadw.rewards.verifiers import warm_up as _warm_up
 
@@ -67,12 +103,12 @@ def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None)
             fn = payload
             conn.send("ready")
             continue
+        outcome = _run(fn, kind, payload)
         try:
-            conn.send(Outcome("ok", check_score(fn(*payload))))
-        except ScoreError as e:
-            conn.send(Outcome("error", 0.0, str(e), e.kind))
-        except Exception as e:
-            conn.send(Outcome("error", 0.0, f"{type(e).__name__}: {e}"[:500], "raised"))
+            conn.send(outcome)
+        except Exception as e:  # a result that cannot be pickled (a generator of objects, a lock)
+            message = f"the reward returned something that cannot be sent back ({type(e).__name__}: {e})"
+            conn.send(Outcome("error", 0.0, message[:500], "not a number"))
 
 
 class _Worker:
@@ -117,20 +153,29 @@ class VerifierPool:
         """Run fn(completions[i], answers[i]) for all i across the workers, each within timeout_s seconds
         of being handed to a ready worker (start-up and loading fn do not count). fn must be picklable:
         a module-level function."""
+        return self._guarded(fn, "item", list(zip(completions, answers, strict=True)), timeout_s)
+
+    def call(self, fn: Callable, calls: Sequence[tuple], timeout_s: float) -> list[Outcome]:
+        """fn(*args) for each args of `calls`, across the workers, each within timeout_s seconds; an Outcome's
+        `result` is what the call returned, as a list (a reward's scores). fn must be picklable."""
+        return self._guarded(fn, "call", list(calls), timeout_s)
+
+    def _guarded(self, fn: Callable, kind: str, payloads: list[tuple], timeout_s: float) -> list[Outcome]:
         with self.lock:
             while len(self.workers) < self.num_workers:
                 self.workers.append(_Worker(self.ctx, self.warm_up))
             try:
-                return self._map(fn, completions, answers, timeout_s)
+                return self._map(fn, kind, payloads, timeout_s)
             except BaseException:
                 # Interrupted or broken mid-batch: workers may still hold items whose results would be
                 # read by the next call. Start from fresh workers instead.
                 self.close(wait=False)
                 raise
 
-    def _map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
-        results: list[Outcome | None] = [None] * len(completions)
-        todo = deque(range(len(completions)))
+    def _map(self, fn: Callable, kind: str, payloads: list[tuple], timeout_s: float) -> list[Outcome]:
+        clock = RunningClock()  # deadlines do not count the time this process was stopped
+        results: list[Outcome | None] = [None] * len(payloads)
+        todo = deque(range(len(payloads)))
         running: dict[_Worker, tuple[int, float]] = {}  # worker -> (item, deadline)
         while todo or running:
             for worker in self.workers:
@@ -139,12 +184,14 @@ class VerifierPool:
                         worker.load(fn)
                         continue
                     i = todo.popleft()
-                    worker.conn.send(("item", (completions[i], answers[i])))
-                    running[worker] = (i, time.monotonic() + timeout_s)
+                    worker.conn.send((kind, payloads[i]))
+                    running[worker] = (i, clock() + timeout_s)
             waiting = [w for w in self.workers if w in running or not w.ready]
-            deadlines = [d for _, d in running.values()]
-            deadlines += [w.since + STARTUP_TIMEOUT_S for w in waiting if not w.ready]
-            ready_conns = wait([w.conn for w in waiting], timeout=max(0.0, min(deadlines) - time.monotonic()))
+            now = clock()
+            waits = [d - now for _, d in running.values()]  # running time (clock)
+            waits += [w.since + STARTUP_TIMEOUT_S - time.monotonic() for w in waiting if not w.ready]  # wall time
+            pause = min([*waits, clock.poll_s])  # read the clock often: that is how it sees a stop
+            ready_conns = wait([w.conn for w in waiting], timeout=max(0.0, pause))
             for worker in [w for w in waiting if w.conn in ready_conns]:
                 try:
                     message = worker.conn.recv()
@@ -162,7 +209,7 @@ class VerifierPool:
                     raise RuntimeError(f"a verifier worker could not load {fn!r}: {message.message}")
                 i, _ = running.pop(worker)
                 results[i] = message
-            now = time.monotonic()
+            now = clock()
             for worker in list(running):
                 i, deadline = running[worker]
                 if now >= deadline:
@@ -170,7 +217,7 @@ class VerifierPool:
                     results[i] = Outcome("timeout", 0.0, f"no result within {timeout_s:g} s")
                     self._replace(worker)
             for worker in self.workers:
-                if not worker.ready and now >= worker.since + STARTUP_TIMEOUT_S:
+                if not worker.ready and time.monotonic() >= worker.since + STARTUP_TIMEOUT_S:
                     raise RuntimeError(f"a verifier worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return results  # type: ignore[return-value]
 

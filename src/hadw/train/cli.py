@@ -84,8 +84,13 @@ def sft(
     lr: Annotated[float, typer.Option(help="AdamW learning rate")] = 2e-3,
     batch_size: Annotated[int, typer.Option(help="problems per step")] = 64,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="write into OUT_DIR even when it already holds files (a model)")
+    ] = False,
 ) -> None:
     """SFT warm start on a built-in task, stopping at a target accuracy; saves a normal HF model."""
+    import tempfile
+
     from hadw.cli_lists import check_range, parse_ints
     from hadw.data import TASKS, DatasetError, make_fields
 
@@ -109,6 +114,7 @@ def sft(
         raise typer.BadParameter(str(err), param_hint="'--prompt-field' / '--answer-field'") from None
     if model is not None and not (model.is_dir() and (model / "config.json").is_file()):
         raise typer.BadParameter(f"{model}: not a model folder (no config.json)", param_hint="'--model'")
+    _check_sft_out(out_dir, overwrite)
 
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     import torch
@@ -118,7 +124,8 @@ def sft(
 
     _quiet_transformers()
     torch.manual_seed(seed)
-    start = model or build_tiny_model(out_dir / "random_init", seed=seed)
+    scratch = tempfile.TemporaryDirectory(prefix="hadw-sft-")  # the random init: nothing left in OUT_DIR on failure
+    start = model or build_tiny_model(Path(scratch.name) / "random_init", seed=seed)
     try:
         net, tokenizer = load_model(start)
     except Exception as err:
@@ -146,7 +153,25 @@ def sft(
         raise typer.Exit(2) from None
     net.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    scratch.cleanup()
     typer.echo(f"saved {out_dir}: {result.steps} steps, greedy accuracy {result.accuracy:.3f}")
+
+
+def _check_sft_out(out_dir: Path, overwrite: bool) -> None:
+    """OUT_DIR must be new or empty (or --overwrite): saving the model writes config.json, weights and tokenizer
+    files over whatever model or files are there."""
+    from hadw.safe_files import refuse_link
+
+    refuse_link(out_dir, "(OUT_DIR): remove it or choose another folder")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise typer.BadParameter(f"{out_dir} is a file, not a folder", param_hint="'OUT_DIR'")
+    # random_init/ alone: left by a `hadw sft` of an earlier version that stopped before saving
+    if not overwrite and out_dir.is_dir() and {p.name for p in out_dir.iterdir()} - {"random_init"}:
+        raise typer.BadParameter(
+            f"{out_dir} already holds files ({', '.join(sorted(p.name for p in out_dir.iterdir())[:3])}, ...); "
+            "choose a new folder, or pass --overwrite to write the model over them",
+            param_hint="'OUT_DIR'",
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -141,6 +141,10 @@ class RewardConfig:
     # Import paths in `functions` that are per-item f(completion, answer) -> float instead: they run in
     # the verifier pool, so `timeout_s` bounds each item (a user function that can hang belongs here).
     isolated: list[str] = field(default_factory=list)
+    # What import-path rewards receive as `completions`: text (the response strings, as TRL passes for a standard
+    # dataset) | messages ([{"role": "assistant", "content": text}] each, as TRL passes for a conversational one:
+    # what trl.rewards.accuracy_reward reads).
+    completion_format: str = "text"
     # Stop the run (one line naming the reward and its error) when every item of a reward failed (raised,
     # timed out, returned NaN / None / garbage) for this many consecutive steps; 0 = train on regardless.
     max_failed_steps: int = 3

@@ -148,6 +148,8 @@ def validate(cfg: Config) -> None:
     _above("reward.timeout_s", cfg.reward.timeout_s, 0.0)
     _range("reward.timeout_s", cfg.reward.timeout_s, 0.0, 1e6)  # finite: inf would disable the bound
     _range("reward.max_failed_steps", cfg.reward.max_failed_steps, 0, 1 << 30)
+    if cfg.reward.completion_format not in ("text", "messages"):
+        raise ConfigError(f"reward.completion_format={cfg.reward.completion_format!r}; allowed: text, messages")
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")

@@ -37,6 +37,14 @@ RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, "final_eval.json", "wandb_id", "warm_start_model")
 
 
+def is_run_file(path: Path) -> bool:
+    """True when `path` is one of the files a `hadw train` run writes in its folder (`samples.jsonl`,
+    `metrics.jsonl`, ...) and its folder holds a run (a lock, a config or metrics): another command must never
+    write it, --overwrite or not."""
+    folder_has_run = any((path.parent / name).exists() for name in (LOCK_FILE, "config.yaml", "metrics.jsonl"))
+    return path.name in WRITTEN_NAMES and folder_has_run
+
+
 class RunDirError(UserError):
     """The run folder cannot be used as asked (holds another run, is locked, has no checkpoint)."""
 
@@ -64,6 +72,19 @@ class RunLock:
         self._file.truncate()
         self._file.write(f"{os.getpid()}\n")
         self._file.flush()
+
+    def check(self) -> None:
+        """RunDirError when the run folder or this lock is gone (removed, moved, its .lock replaced): whatever the
+        run writes next would go to a deleted file or a folder another process may now own."""
+        try:
+            held, there = os.fstat(self._file.fileno()), os.stat(self.path, follow_symlinks=False)
+        except (OSError, ValueError):  # the folder is gone (or the lock was released)
+            held = there = None
+        if held is None or there is None or (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+            raise RunDirError(
+                f"train.output_dir={self.path.parent}: the run folder or its {LOCK_FILE} was removed or replaced "
+                "while this run trained; stopped (nothing more is written there; another hadw train may own it now)"
+            )
 
     def release(self) -> None:
         if not self._file.closed:

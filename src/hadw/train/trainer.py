@@ -8,6 +8,7 @@ One step, top to bottom (docs/method.md, "the product in one picture"):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -30,9 +31,10 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, extract_answer, render_prompt
-from hadw.errors import UserError
+from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
+from hadw.processes import STOP_SIGNALS
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.base import FailureWatch
@@ -40,7 +42,7 @@ from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.lora import is_lora, reference_policy
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
-from hadw.safe_files import atomic_write_text, open_append
+from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
 from hadw.train.checkpoint import (
     CheckpointError,
     fsync_path,
@@ -64,14 +66,8 @@ class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
 
 
-class Interrupted(UserError):
-    """SIGINT / SIGTERM stopped the run at a safe point; exit 130 (SIGINT) or 143 (SIGTERM)."""
-
-    prefix = ""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
+class Interrupted(SignalStop):
+    """SIGINT / SIGTERM / SIGHUP stopped the run at a safe point; exit 128 + the signal's number (130, 143, 129)."""
 
 
 @dataclass
@@ -189,7 +185,8 @@ class Trainer:
         aside. accept_changes: let a resumed run use settings that differ from the saved ones (else a
         difference raises RunDirError listing them)."""
         self.cfg = cfg = resolve_recipe(cfg)  # a Config built in Python may still say "auto"
-        self.run_dir = Path(cfg.train.output_dir)
+        # Absolute: a reward that changes the working directory (a sandbox) must not send checkpoints elsewhere.
+        self.run_dir = Path(cfg.train.output_dir).absolute()
         # Lock and check the folder before anything is written to it (init_model, logs).
         self._lock, aside = claim_run_dir(self.run_dir, resume, overwrite)
         if aside is not None:
@@ -494,7 +491,14 @@ class Trainer:
         prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
         rw = cfg.reward
         rewards = score(
-            batch.response_texts, answers, self.reward_specs, rw.correctness, rw.timeout_s, prompts, columns
+            batch.response_texts,
+            answers,
+            self.reward_specs,
+            rw.correctness,
+            rw.timeout_s,
+            prompts,
+            columns,
+            rw.completion_format,
         )
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
@@ -717,7 +721,7 @@ class Trainer:
             f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
             f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
             f"{likely}. Look at the completions (the run's own data, template and reward): "
-            f"hadw eval {self.run_dir} --limit 20 --samples samples.jsonl"
+            f"hadw eval {self.run_dir} --limit 20 --samples eval_samples.jsonl"
         )
         self.no_signal_warning = message
         print(message, file=sys.stderr, flush=True)
@@ -750,16 +754,23 @@ class Trainer:
             "data_position": step,
             "config": self.cfg.to_dict(),
         }
-        return save_checkpoint(
-            self.run_dir,
-            step,
-            self.model,
-            self.tokenizer,
-            self.optimizer,
-            self.scheduler,
-            state,
-            self.cfg.checkpoint.keep_last,
-        )
+        with disk_full_is_one_line(f"{self.run_dir}/checkpoint-{step:06d}", self._after_full_disk()):
+            return save_checkpoint(
+                self.run_dir,
+                step,
+                self.model,
+                self.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                state,
+                self.cfg.checkpoint.keep_last,
+            )
+
+    def _after_full_disk(self) -> str:
+        """What a full disk leaves and how to go on (the end of its one line)."""
+        last = latest_checkpoint(self.run_dir)
+        kept = f"the last complete checkpoint {last} is kept" if last else "no checkpoint was complete yet"
+        return f"{kept}; free space, then resume with --resume"
 
     def train(self, progress: bool | str | None = None) -> TrainResult:
         """Train to cfg.train.steps. progress: a hadw.progress mode (auto | bar | lines | off, or a bool) that
@@ -771,7 +782,9 @@ class Trainer:
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
+                self._lock.check()  # the folder is still this run's (not removed, not taken over)
                 metrics = self.train_step(step)
+                self._lock.check()  # before this step's records and checkpoint are written
                 done = step + 1
                 if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done < cfg.train.steps:
                     metrics |= M.flatten_eval(self.evaluate())
@@ -779,13 +792,15 @@ class Trainer:
                 info = {"reward": f"{metrics[M.REWARDS_MEAN]:.3f}", "acc": f"{metrics[M.SCORE_MEAN]:.3f}"}
                 if self._reward_failures:  # failed reward items so far (details: reward_errors.jsonl)
                     info["err"] = str(self._reward_failures)
-                bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
+                with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) must not cost the step's checkpoint
+                    bar.update(1, **info, C=f"{metrics[M.ANCHOR]:.2f}")
                 if self._stop_signal is not None and done < cfg.train.steps:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate()
             self.logger.log_final_eval(final_eval)
+            self._lock.check()
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
             self._save_final_model()
@@ -795,15 +810,17 @@ class Trainer:
             self._restore_signal_handlers(previous)
             for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
                 shutil.rmtree(tmp, ignore_errors=True)
-            bar.close()
+            with contextlib.suppress(OSError):
+                bar.close()
             self.logger.close()
             self._lock.release()
         return TrainResult(self.run_dir, cfg.train.steps, final_eval)
 
     # ------------------------------------------------------------------------------------ stopping
     def _install_signal_handlers(self) -> dict[int, Any]:
-        """SIGINT / SIGTERM set a flag; the loop stops after the current step (a second SIGINT abandons
-        it). Only the main thread can install handlers; elsewhere the defaults stay."""
+        """SIGINT / SIGTERM / SIGHUP (a closed terminal or ssh session) set a flag; the loop stops after the
+        current step (a second SIGINT abandons it). Only the main thread can install handlers; elsewhere the
+        defaults stay."""
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
@@ -812,9 +829,10 @@ class Trainer:
             if self._stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self._stop_signal = signum
-            print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
+                print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             previous[signum] = signal.signal(signum, handler)
         return previous
 
@@ -843,8 +861,13 @@ class Trainer:
         """final_model/ is written under a temporary name, fsynced and renamed: never half there."""
         final, tmp = self.run_dir / "final_model", self.run_dir / f".final_model.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
+        try:
+            with disk_full_is_one_line(str(final), self._after_full_disk()):
+                self.model.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written model never stays on a full disk
+            raise
         replace_dir(tmp, final)
         fsync_path(self.run_dir)
         if is_lora(self.model) and self.cfg.model.lora.save_merged:
