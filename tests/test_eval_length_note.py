@@ -31,7 +31,7 @@ def _stopped_before_generating(monkeypatch, args):
         raise Stop("stopped before generating")
 
     monkeypatch.setenv("HADW_PROGRESS", "off")  # only the note and the stop
-    monkeypatch.setattr("hadw.eval.cli._load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr("hadw.eval.cli._load_model", lambda model, *a, **k: (None, None, model))
     monkeypatch.setattr("hadw.eval.cli._engine", stop)
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 2 and "stopped before generating" in result.stderr, result.output
