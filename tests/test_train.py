@@ -366,3 +366,23 @@ def test_default_optimiser_and_options_are_the_previous_ones(tiny_path, tmp_path
         load_config(None, ["optim.name=adam"])
     with pytest.raises(ConfigError, match="hadw.normalize"):
         load_config(None, ["hadw.normalize=mean"])
+
+
+def test_a_tiny_warm_start_below_the_level_floor_is_said(tmp_path, capsys):
+    # Before, a warm start with a level RL cannot learn from (all-wrong groups) was used without a word.
+    cfg = load_config(
+        None,
+        [
+            "model.path=",
+            "data.source=task:sums",
+            "data.levels=[2,3,4]",
+            "model.tiny.warm_start_max_steps=50",  # far too few steps to reach the floor on any level
+            "train.steps=0",
+            f"train.output_dir={tmp_path / 'run'}",
+            "logging.progress=off",
+        ],
+    )
+    Trainer(cfg)
+    err = capsys.readouterr().err
+    assert "warm start: 50 SFT steps" in err
+    assert "warning: the warm start is below greedy 0.15 on L2" in err and "L4" in err

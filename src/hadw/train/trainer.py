@@ -376,7 +376,8 @@ class Trainer:
     def _warm_start(self, init_dir: Path) -> Path:
         """SFT the freshly built tiny model on the training task until model.tiny.warm_start_accuracy: a random
         model never earns a reward, so every GRPO group would be degenerate (no gradient)."""
-        from hadw.train.sft import SFTConfig, sft_warm_start
+        from hadw.data.tasks import TINY_WARM_START_LEVEL_FLOOR
+        from hadw.train.sft import SFTConfig, below_floor, sft_warm_start
 
         cfg, t = self.cfg, self.cfg.model.tiny
         if not cfg.data.source.startswith("task:"):
@@ -393,6 +394,14 @@ class Trainer:
         )
         result = sft_warm_start(model, tokenizer, sft, progress=cfg.logging.progress)
         print(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}", file=sys.stderr)
+        low = below_floor(result.history[-1], TINY_WARM_START_LEVEL_FLOOR) if result.history else {}
+        if low:  # said, not silent: RL gets all-wrong groups on these levels (the demo refuses such a start)
+            levels = ", ".join(f"{k} {v:.3f}" for k, v in low.items())
+            print(
+                f"warning: the warm start is below greedy {TINY_WARM_START_LEVEL_FLOOR} on {levels}: RL learns little "
+                "there; raise model.tiny.warm_start_max_steps or start from a stronger model.path",
+                file=sys.stderr,
+            )
         out = self.run_dir / "warm_start_model"
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
