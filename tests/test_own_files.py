@@ -111,7 +111,7 @@ def _finished_runs(out: Path) -> None:
         run_dir = out / "g" / f"seed{seed}"
         (run_dir / "final_model").mkdir(parents=True)
         (run_dir / "final_eval.json").write_text(json.dumps({"all": {"count": 4.0, "greedy": accuracy}}))
-        (run_dir / "metrics.jsonl").write_text('{"step": 1, "critic/score/mean": 0.5}\n')
+        (run_dir / "metrics.jsonl").write_text('{"step": 1, "critic/score/mean": 0.5, "hadw/anchor": 0.5}\n')
 
 
 COMPARE = ["compare", "-a", "g:", "--seeds", "0,1", "--curve", "critic/score/mean"]
@@ -192,3 +192,16 @@ def test_sft_never_writes_over_an_existing_model(world, tmp_path, monkeypatch, r
         assert (out / "config.json").read_text() == '{"model_type": "mine"}'
     else:
         assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_figure_is_never_written_through_a_link(world, tmp_path, monkeypatch, record_outcome, request):
+    run = tmp_path / "g" / "seed0"
+    _finished_runs(tmp_path)
+    victim = _victim(tmp_path)
+    (tmp_path / "curves.png").symlink_to(victim)
+    args = ["plot", run, "--out", tmp_path / "curves.png"]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, args, "one-line", ["curves.png", "symbolic link"])
+    assert victim.read_text() == PRECIOUS
+    (tmp_path / "curves.png").unlink()
+    _case(world, tmp_path, monkeypatch, record_outcome, request, args, "accepted")  # the same plot, no link: drawn
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")

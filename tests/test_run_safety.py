@@ -236,9 +236,12 @@ def test_final_model_is_never_half_written(tiny_path, tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(model_cls, "save_pretrained", crash_after_config)
-    with pytest.raises(OSError):
+    from hadw.safe_files import DiskFullError
+
+    with pytest.raises(DiskFullError, match="the disk is full: writing .*final_model failed"):  # one line
         trainer._save_final_model()
     assert not (tmp_path / "run" / "final_model").exists()
+    assert not list((tmp_path / "run").glob(".final_model.tmp*"))  # the half-written copy is gone too
     monkeypatch.setattr(model_cls, "save_pretrained", real)
 
 
