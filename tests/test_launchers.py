@@ -86,9 +86,11 @@ def test_progress_line_counts_settled_and_submitted_runs():
     progress.update(0, 0, 0)
     progress.update(0, 0, 0)  # unchanged: not printed again
     progress.update(2, 1, 1)
+    progress.update(1, 1, 1, requeued=1)  # a queued run that already ran once: shown as requeued
     assert lines == [
         "runs: 1 done, 0 running, 1 failed, 4 queued",
         "runs: 3 done, 1 running, 2 failed, 0 queued",
+        "runs: 2 done, 1 running, 2 failed, 1 queued (1 requeued)",
     ]
 
 
@@ -457,3 +459,51 @@ def test_slurm_options_and_throttle_reach_the_job(tmp_path, slurm):
             subprocess.run(["scancel", array], check=False)
         cli.kill()
         cli.wait()
+
+
+def test_a_rerun_with_other_cpus_per_run_keeps_its_runs(tmp_path):
+    """--cpus-per-run sets train.num_threads: a re-run with another value must still match the stored config
+    (threads change the speed, not what is learned); any other difference is still refused."""
+    from hadw.experiments import compare as cmp
+    from hadw.train.config import config_to_yaml, load_config
+
+    arm = cmp.parse_arm("grpo:")
+    (one,) = cmp.plan_runs(None, [arm], [0], tmp_path, TINY, threads_per_run=1)
+    (two,) = cmp.plan_runs(None, [arm], [0], tmp_path, TINY, threads_per_run=2)
+    one.run_dir.mkdir(parents=True)
+    (one.run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, list(one.overrides))))
+    cmp._check_same_config(two, load_config(None, list(two.overrides)))  # no error
+    other = load_config(None, [*two.overrides, "rollout.group_size=4"])
+    with pytest.raises(ValueError, match="different configuration"):
+        cmp._check_same_config(two, other)
+
+
+@pytest.mark.slow
+def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, local_sweep):
+    """`scontrol requeue` of a running task once it has a checkpoint: the interrupted attempt's result is not
+    final (Slurm runs the task again); the sweep shows it requeued, waits, exits 0, bit-identical to local."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
+    command += ARMS + RECIPE
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hadw.cli", *command],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
+        subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, text=True)
+        output, _ = cli.communicate(timeout=400)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0, output
+    assert "runs: 3 trained, 1 resumed, 0 reused, 0 failed" in output, output
+    assert "(1 requeued)" in output, output
+    log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert log.count(": start (slurm job") == 2 and "resumed (slurm job" in log.splitlines()[-1], log
+    assert_same_runs(out, local_sweep)

@@ -185,21 +185,23 @@ class SlurmRun:
 
 
 class SweepProgress:
-    """One line on stderr, "runs: 3 done, 2 running, 0 failed, 7 queued", printed when the counts change."""
+    """One line on stderr, "runs: 3 done, 2 running, 0 failed, 7 queued", printed when the counts change;
+    "7 queued (1 requeued)" when some queued runs already ran once in this sweep (requeued, preempted)."""
 
     def __init__(self, total: int, echo: Callable[[str], None] | None = None, done: int = 0, failed: int = 0):
         self.total = total
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.base = (done, failed)  # runs settled before anything was submitted (reused ones)
-        self.last: tuple[int, int, int, int] | None = None
+        self.last: tuple[int, int, int, int, int] | None = None
 
-    def update(self, done: int, running: int, failed: int) -> None:
-        """Counts of the submitted runs; the settled ones are added here."""
+    def update(self, done: int, running: int, failed: int, requeued: int = 0) -> None:
+        """Counts of the submitted runs; the settled ones are added here. `requeued` are among the queued."""
         done, failed = done + self.base[0], failed + self.base[1]
-        counts = (done, running, failed, self.total - done - running - failed)
+        counts = (done, running, failed, self.total - done - running - failed, requeued)
         if counts != self.last:
             self.last = counts
-            self.echo("runs: {} done, {} running, {} failed, {} queued".format(*counts))
+            line = "runs: {} done, {} running, {} failed, {} queued".format(*counts[:4])
+            self.echo(line + (f" ({requeued} requeued)" if requeued else ""))
 
 
 def _reuse_finished(specs: Sequence[RunSpec]) -> tuple[list[dict], list[RunSpec]]:
@@ -342,6 +344,7 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         )
     executor.update_parameters(**params)
     cwd = os.getcwd()
+    submitted = time.time()  # a run whose launcher.log is newer has started in this sweep (requeued if queued)
     try:
         with executor.batch():
             jobs = [executor.submit(SlurmRun(spec, cwd)) for spec in specs]
@@ -356,7 +359,7 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         file=sys.stderr,
         flush=True,
     )
-    return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress)
+    return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress, submitted)
 
 
 def _slurm_folder(out_dir: str | Path) -> Path:
@@ -443,7 +446,10 @@ def _queued_arrays(job_name: str) -> list[str]:
     return sorted(set(out.stdout.split())) if out.returncode == 0 else []
 
 
-def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict]:
+def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress, submitted: float) -> list[dict]:
+    """Poll squeue until every task has ended. A task's result is final only once Slurm says the task ended:
+    a task requeued (`scontrol requeue`, preemption with PreemptMode=REQUEUE) may have written the result of
+    its interrupted attempt, and then runs again; it is shown as requeued and waited for."""
     results: dict[str, dict] = {}
     array_id = next(iter(jobs)).job_id.split("_")[0]
     gone: dict[str, int] = {}  # task id -> polls it has been missing from squeue without a result
@@ -452,11 +458,12 @@ def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict
         for job, spec in jobs.items():
             if job.job_id in results:
                 continue
-            if job.paths.result_pickle.exists():
-                results[job.job_id] = _slurm_result(job, spec)
-                continue
             state = None if states is None else states.get(job.job_id, "GONE")
             ended = state == "GONE" or (state or "").split()[0] in ENDED_STATES
+            # squeue failed (None): the result file decides, as it is all there is to go by.
+            if job.paths.result_pickle.exists() and (ended or state is None):
+                results[job.job_id] = _slurm_result(job, spec)
+                continue
             gone[job.job_id] = gone.get(job.job_id, 0) + 1 if ended else 0
             if gone[job.job_id] >= 2:  # ended twice in a row and still no result: killed / cancelled / timed out
                 results[job.job_id] = _failed(
@@ -464,14 +471,23 @@ def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict
                     f"slurm job {job.job_id} ended ({state}) without a result; log: {job.paths.stderr}. "
                     "Re-run the same command to resume it from its last checkpoint",
                 )
-        done = sum(r["status"] != "failed" for r in results.values())
-        running = sum(
-            1 for job in jobs if job.job_id not in results and states and states.get(job.job_id) in RUNNING_STATES
+        waiting = {job: spec for job, spec in jobs.items() if job.job_id not in results}
+        running = sum(1 for job in waiting if states and states.get(job.job_id) in RUNNING_STATES)
+        requeued = sum(
+            1
+            for job, spec in waiting.items()
+            if states and _is_queued(states.get(job.job_id)) and _started_since(spec.run_dir, submitted)
         )
-        progress.update(done, running, len(results) - done)
-        if len(results) == len(jobs):
+        done = sum(r["status"] != "failed" for r in results.values())
+        progress.update(done, running, len(results) - done, requeued)
+        if not waiting:
             return list(results.values())
         time.sleep(poll_s)
+
+
+def _is_queued(state: str | None) -> bool:
+    """PENDING, or one of Slurm's REQUEUED / REQUEUE_HOLD / REQUEUE_FED states."""
+    return bool(state) and (state == "PENDING" or state.startswith("REQUEUE"))
 
 
 def _slurm_result(job, spec: RunSpec) -> dict:
