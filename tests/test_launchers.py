@@ -173,7 +173,7 @@ def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep, ray_head)
     assert "runs: 0 done, 0 running, 0 failed, 4 queued" in result.output
     assert "runs: 4 done, 0 running, 0 failed, 0 queued" in result.output
     assert_same_runs(out, local_sweep)
-    assert "start (ray)" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert "start (ray, resources {'CPU': 1.0})" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
     deadline = time.time() + 30
     while own_processes() - before and time.time() < deadline:  # Ray's processes exit shortly after shutdown
         time.sleep(0.2)
@@ -377,6 +377,8 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
     assert ray.exit_code == 0, ray.output
     assert "task_options: {'num_cpus': 2.0, 'num_gpus': 0.5}" in ray.output and "max_parallel: 2" in ray.output
     assert "threads_per_run: 2" in ray.output and "5\tb\t2\t" in ray.output
+    local = CliRunner().invoke(build_app(), [*base, "--jobs", "4", "--max-parallel", "2"])  # caps --jobs
+    assert local.exit_code == 0 and "# local: 6 runs, 2 at a time" in local.output, local.output
     assert not out.exists(), "a dry run writes nothing"
 
 
