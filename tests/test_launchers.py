@@ -461,6 +461,16 @@ def test_slurm_options_and_throttle_reach_the_job(tmp_path, slurm):
             subprocess.run(["scancel", array], check=False)
         cli.kill()
         cli.wait()
+    # sbatch refusing the array (an unknown partition): its one line, no "queued" progress line before it.
+    refused = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command, "--partition", "nosuch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "sbatch failed" in refused.stderr, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "queued" not in refused.stderr, refused.stderr
 
 
 def test_a_rerun_with_other_cpus_per_run_keeps_its_runs(tmp_path):

@@ -16,6 +16,7 @@ a run is told only its config, its run folder and the submitting shell's working
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -244,6 +245,7 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
             why = " ".join(str(err).split())
             raise LauncherError(f"--ray-address {opts.address}: cannot connect ({why})") from None
         started = True
+    progress.update(0, 0, 0)  # once connected: a cluster that is not there is its one line, with no "queued"
     try:
         task = ray.remote(**opts.task_options())(run_on_node)
         cwd = os.getcwd()
@@ -346,10 +348,13 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
     cwd = os.getcwd()
     submitted = time.time()  # a run whose launcher.log is newer has started in this sweep (requeued if queued)
     try:
-        with executor.batch():
-            jobs = [executor.submit(SlurmRun(spec, cwd)) for spec in specs]
+        with _sbatch_stderr_held() as held, executor.batch():
+            jobs = [executor.submit(SlurmRun(spec, cwd, opts.threads)) for spec in specs]
     except Exception as err:  # sbatch refused the array (unknown partition/account, bad option): one line
         raise LauncherError(f"--launcher slurm: sbatch failed: {' '.join(str(err).split())[:500]}") from None
+    if held:  # sbatch's warnings on a successful submission: shown, as sbatch would have
+        print(held[0], end="", file=sys.stderr, flush=True)
+    progress.update(0, 0, 0)  # once submitted: an sbatch refusal is its one line, with no "queued" line before it
     tasks = Path(jobs[0].paths.folder) / TASKS_FILE
     tasks.parent.mkdir(parents=True, exist_ok=True)
     tasks.write_text(task_table(specs), encoding="utf-8")
@@ -360,6 +365,28 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         flush=True,
     )
     return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress, submitted)
+
+
+@contextlib.contextmanager
+def _sbatch_stderr_held():
+    """Hold back what sbatch writes to stderr (submitit lets it through) while the array is submitted: on a
+    refusal the error's text is already in our one line; on success the list yielded gets it, to be shown."""
+    import tempfile
+
+    held: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield held
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode(errors="replace")
+            if text:
+                held.append(text)
 
 
 def _slurm_folder(out_dir: str | Path) -> Path:
@@ -515,8 +542,8 @@ def launch(
     reused, todo = _reuse_finished(specs)
     n_failed = sum(r["status"] == "failed" for r in reused)
     progress = SweepProgress(len(specs), echo, done=len(reused) - n_failed, failed=n_failed)
-    progress.update(0, 0, 0)
     if not todo:
+        progress.update(0, 0, 0)
         return reused
     if launcher == "ray":
         assert isinstance(options, RayOptions)
