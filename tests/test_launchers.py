@@ -10,6 +10,7 @@ or HADW_REQUIRE_DAEMONS=1, which turns the skip into a failure: CI must run them
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -85,9 +86,11 @@ def test_progress_line_counts_settled_and_submitted_runs():
     progress.update(0, 0, 0)
     progress.update(0, 0, 0)  # unchanged: not printed again
     progress.update(2, 1, 1)
+    progress.update(1, 1, 1, requeued=1)  # a queued run that already ran once: shown as requeued
     assert lines == [
         "runs: 1 done, 0 running, 1 failed, 4 queued",
         "runs: 3 done, 1 running, 2 failed, 0 queued",
+        "runs: 2 done, 1 running, 2 failed, 1 queued (1 requeued)",
     ]
 
 
@@ -170,7 +173,7 @@ def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep, ray_head)
     assert "runs: 0 done, 0 running, 0 failed, 4 queued" in result.output
     assert "runs: 4 done, 0 running, 0 failed, 0 queued" in result.output
     assert_same_runs(out, local_sweep)
-    assert "start (ray)" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert "start (ray, resources {'CPU': 1.0})" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
     deadline = time.time() + 30
     while own_processes() - before and time.time() < deadline:  # Ray's processes exit shortly after shutdown
         time.sleep(0.2)
@@ -312,3 +315,207 @@ def test_slurm_daemons_were_started_by_this_module_only(slurm):
         assert psutil.pid_exists(pid) and name in psutil.Process(pid).name()
     sinfo = subprocess.run(["sinfo", "-h", "-o", "%P %t"], capture_output=True, text=True, check=True)
     assert sinfo.stdout.split() in (["debug*", "idle"], ["debug*", "mix"], ["debug*", "alloc"])
+
+
+# ------------------------------------------------------------------------------------------- issue 32: options
+def test_scheduler_flags_are_refused_in_one_line(tmp_path):
+    """A time limit inside the signal lead, --jobs where a scheduler places the runs, a zero throttle: exit 2."""
+    base = ["compare", "--out", str(tmp_path), "--arm", "a:", "--seeds", "0"]
+    for extra, message in (
+        (["--launcher", "slurm", "--time-min", "1"], "--time-min 1 (60 s) must be longer than --signal-lead-s 90"),
+        (["--launcher", "slurm", "--time-min", "2", "--signal-lead-s", "150"], "must be longer than --signal-lead-s"),
+        (["--launcher", "slurm", "--signal-lead-s", "0"], "--signal-lead-s 0: must be >= 1"),
+        (["--launcher", "slurm", "--jobs", "4"], "--jobs 4 with --launcher slurm: the scheduler places the runs"),
+        (["--launcher", "ray", "--ray-address", "auto", "-j", "2"], "--jobs 2 with --launcher ray --ray-address auto"),
+        (["--launcher", "slurm", "--max-parallel", "0"], "--max-parallel"),
+    ):
+        result = CliRunner().invoke(build_app(), base + extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in flat(result.output) and "Traceback" not in result.output, (extra, result.output)
+    assert not tmp_path.joinpath("a").exists() and not list(tmp_path.iterdir())  # nothing ran, nothing written
+    cli = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *base, "--launcher", "slurm", "--time-min", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2 and cli.stderr.strip().count("\n") == 0, cli.stderr
+
+
+def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_path):
+    pytest.importorskip("submitit", reason="submitit is not installed (pip install 'hadw[cluster]')")
+    out = tmp_path / "cmp"
+    base = ["compare", "--out", str(out), "--arm", "a:", "--arm", "b:hadw.enabled=true", "--seeds", "0-2", "--dry-run"]
+    slurm = CliRunner().invoke(
+        build_app(),
+        [
+            *base,
+            *("--launcher", "slurm", "--max-parallel", "3", "--partition", "debug", "--account", "lab"),
+            *("--time-min", "7", "--cpus-per-run", "2", "--gpus-per-run", "1", "--sbatch", "mem=100M"),
+            *("--signal-lead-s", "30"),
+        ],
+    )
+    assert slurm.exit_code == 0, slurm.output
+    for line in (
+        "#SBATCH --array=0-5%3",
+        "#SBATCH --partition=debug",
+        "#SBATCH --account=lab",
+        "#SBATCH --time=7",
+        "#SBATCH --cpus-per-task=2",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --mem=100M",
+        "#SBATCH --signal=USR2@30",
+        "-m submitit.core._submit",
+    ):
+        assert line in slurm.output, (line, slurm.output)
+    table = slurm.output.split("task\tarm\tseed\trun_dir\n")[1].splitlines()
+    assert [row.split("\t")[:3] for row in table] == [
+        [str(i), arm, str(seed)] for i, (arm, seed) in enumerate((a, s) for a in "ab" for s in range(3))
+    ]
+    ray = CliRunner().invoke(
+        build_app(), [*base, "--launcher", "ray", "--max-parallel", "2", "--cpus-per-run", "2", "--gpus-per-run", "0.5"]
+    )
+    assert ray.exit_code == 0, ray.output
+    assert "task_options: {'num_cpus': 2.0, 'num_gpus': 0.5}" in ray.output and "max_parallel: 2" in ray.output
+    assert "threads_per_run: 2" in ray.output and "5\tb\t2\t" in ray.output
+    local = CliRunner().invoke(build_app(), [*base, "--jobs", "4", "--max-parallel", "2"])  # caps --jobs
+    assert local.exit_code == 0 and "# local: 6 runs, 2 at a time" in local.output, local.output
+    assert not out.exists(), "a dry run writes nothing"
+
+
+def run_log(run_dir: Path) -> list[tuple[float, str]]:
+    """launcher.log as (epoch seconds, what) rows."""
+    rows = []
+    for line in (run_dir / L.LAUNCHER_LOG).read_text().splitlines():
+        stamp, rest = line.split(" ", 1)
+        seconds = time.mktime(time.strptime(stamp.split(".")[0], "%Y-%m-%dT%H:%M:%S")) + int(stamp[-3:]) / 1000
+        rows.append((seconds, rest.split(": ", 1)[1]))
+    return rows
+
+
+@pytest.mark.slow
+def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_path):
+    """2 runs on a 4-CPU Ray instance (room for both, 2 CPUs each) with --max-parallel 1: never 2 at once;
+    each task got 2 CPUs from Ray and ran with 2 torch threads (train.num_threads=2)."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hadw[cluster]')")
+    out = tmp_path / "cmp"
+    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
+    result = CliRunner().invoke(
+        build_app(),
+        [
+            *("compare", "--out", str(out), "--launcher", "ray", "--jobs", "2", "--cpus-per-run", "2"),
+            *("--max-parallel", "1", "--poll", "0.5", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *recipe),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "runs: 2 trained, 0 resumed, 0 reused, 0 failed" in result.output
+    spans = []
+    for seed in range(2):
+        rows = run_log(out / "grpo" / f"seed{seed}")
+        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0})", rows
+        assert rows[1][1] == "trained (ray, 2 torch threads)", rows
+        assert "num_threads: 2" in (out / "grpo" / f"seed{seed}" / "config.yaml").read_text()
+        spans.append((rows[0][0], rows[1][0]))
+    spans.sort()
+    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
+    assert in_flight == 1 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+
+
+def scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol show job -o ID` (the array's first record) as KEY -> VALUE."""
+    text = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True)
+    fields = {}
+    for item in text.stdout.splitlines()[0].split():
+        key, _, value = item.partition("=")
+        fields.setdefault(key, value)
+    return fields
+
+
+@pytest.mark.slow
+def test_slurm_options_and_throttle_reach_the_job(tmp_path, slurm):
+    """Every scheduler flag, read back from `scontrol show job` of the submitted (held back) array."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--max-parallel", "1"]
+    command += ["--partition", "debug", "--account", "lab", "--time-min", "7", "--cpus-per-run", "2"]
+    command += ["--signal-lead-s", "45", "--sbatch", "begin=now+3600", "--sbatch", "comment=hadw32"]
+    command += ["--arm", "grpo:", "--seeds", "0-2", *RECIPE]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    array = None
+    try:
+        for line in cli.stderr:
+            if line.startswith("slurm: submitted job array"):
+                array = line.split()[4]
+                break
+        assert array, "the sweep did not submit"
+        job = scontrol_job(array)
+        assert job["ArrayTaskThrottle"] == "1" and job["JobState"] == "PENDING", job
+        assert job["ArrayTaskId"].startswith("0-2"), job
+        assert (job["Partition"], job["Account"], job["TimeLimit"]) == ("debug", "lab", "00:07:00"), job
+        assert job["MinCPUsNode"] == "2" and job["Comment"] == "hadw32", job
+        assert job["JobName"].startswith("hadw-compare-cmp-"), job
+        tasks = (out / ".slurm" / array / L.TASKS_FILE).read_text().splitlines()
+        assert tasks[1:] == [f"{i}\tgrpo\t{i}\t{out / 'grpo' / f'seed{i}'}" for i in range(3)], tasks
+    finally:
+        if array:
+            subprocess.run(["scancel", array], check=False)
+        cli.kill()
+        cli.wait()
+    # sbatch refusing the array (an unknown partition): its one line, no "queued" progress line before it.
+    refused = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command, "--partition", "nosuch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "sbatch failed" in refused.stderr, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "queued" not in refused.stderr, refused.stderr
+
+
+def test_a_rerun_with_other_cpus_per_run_keeps_its_runs(tmp_path):
+    """--cpus-per-run sets train.num_threads: a re-run with another value must still match the stored config
+    (threads change the speed, not what is learned); any other difference is still refused."""
+    from hadw.experiments import compare as cmp
+    from hadw.train.config import config_to_yaml, load_config
+
+    arm = cmp.parse_arm("grpo:")
+    (one,) = cmp.plan_runs(None, [arm], [0], tmp_path, TINY, threads_per_run=1)
+    (two,) = cmp.plan_runs(None, [arm], [0], tmp_path, TINY, threads_per_run=2)
+    one.run_dir.mkdir(parents=True)
+    (one.run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, list(one.overrides))))
+    cmp._check_same_config(two, load_config(None, list(two.overrides)))  # no error
+    other = load_config(None, [*two.overrides, "rollout.group_size=4"])
+    with pytest.raises(ValueError, match="different configuration"):
+        cmp._check_same_config(two, other)
+
+
+@pytest.mark.slow
+def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, local_sweep):
+    """`scontrol requeue` of a running task once it has a checkpoint: the interrupted attempt's result is not
+    final (Slurm runs the task again); the sweep shows it requeued, waits, exits 0, bit-identical to local."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
+    command += ARMS + RECIPE
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hadw.cli", *command],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
+        subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, text=True)
+        output, _ = cli.communicate(timeout=400)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0, output
+    assert "runs: 3 trained, 1 resumed, 0 reused, 0 failed" in output, output
+    assert "(1 requeued)" in output, output
+    log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert log.count(": start (slurm job") == 2 and "resumed (slurm job" in log.splitlines()[-1], log
+    assert_same_runs(out, local_sweep)

@@ -15,6 +15,10 @@ from hadw.eval.cli import JsonOption, OverwriteOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
 from hadw.train.cli import _quiet_transformers
 
+# = hadw.experiments.launchers.DEFAULT_SIGNAL_LEAD_S (submitit's default), not imported from there: a bad option
+# must fail in one line without numpy and the launchers loaded (tests/test_cli_startup.py).
+DEFAULT_SIGNAL_LEAD_S = 90
+
 
 def primary_metric_key(primary: str | None, metrics: list[str]) -> str:
     """The final key ("val/<bucket>/<metric>") of the primary comparison: `primary` as BUCKET/METRIC, or by
@@ -50,8 +54,31 @@ def compare_cmd(
         "runs/compare"
     ),
     jobs: Annotated[
-        int, typer.Option("--jobs", "-j", help="Runs in parallel (separate processes, 1 torch thread each).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="local: runs in parallel (separate processes, --cpus-per-run torch threads each; default 1); "
+            "ray --ray-address local: the size of the Ray instance started here (× --cpus-per-run). Refused "
+            "with slurm or a running Ray cluster: the scheduler places the runs (throttle with --max-parallel).",
+        ),
+    ] = None,
+    max_parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--max-parallel",
+            help="At most N runs at once. slurm: the array's throttle (--array=0-M%N; default submitit's 256); "
+            "ray: at most N tasks in flight; local: caps --jobs. Default: no cap.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would be submitted (slurm: the batch script; ray: the task spec) and the table "
+            "task id -> arm, seed; submit, train and write nothing.",
+        ),
+    ] = False,
     collect_only: Annotated[
         bool, typer.Option("--collect-only", help="Do not train; aggregate what is in --out.")
     ] = False,
@@ -82,7 +109,14 @@ def compare_cmd(
     launcher: Annotated[
         str, typer.Option("--launcher", help="local (processes here) | ray (a Ray task per run) | slurm (a job array).")
     ] = "local",
-    cpus_per_run: Annotated[float, typer.Option("--cpus-per-run", help="ray/slurm: CPUs requested per run.")] = 1,
+    cpus_per_run: Annotated[
+        float,
+        typer.Option(
+            "--cpus-per-run",
+            help="CPUs per run: ray/slurm request them, and each run uses that many torch threads "
+            "(train.num_threads; a Ray fraction gives 1).",
+        ),
+    ] = 1,
     gpus_per_run: Annotated[float, typer.Option("--gpus-per-run", help="ray/slurm: GPUs requested per run.")] = 0,
     ray_address: Annotated[
         str,
@@ -95,7 +129,17 @@ def compare_cmd(
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: partition (default: the site's).")] = (
         None
     ),
-    time_min: Annotated[int, typer.Option("--time-min", help="slurm: time limit per run, in minutes.")] = 60,
+    time_min: Annotated[
+        int, typer.Option("--time-min", help="slurm: time limit per run, in minutes (longer than --signal-lead-s).")
+    ] = 60,
+    signal_lead_s: Annotated[
+        int,
+        typer.Option(
+            "--signal-lead-s",
+            help="slurm: seconds before the time limit that a run is told to stop (USR2): it finishes its step, "
+            "saves a checkpoint and is requeued. Longer than one step plus a checkpoint save.",
+        ),
+    ] = DEFAULT_SIGNAL_LEAD_S,
     account: Annotated[str | None, typer.Option("--account", help="slurm: account to charge.")] = None,
     sbatch: Annotated[
         list[str], typer.Option("--sbatch", help="slurm: another sbatch option KEY=VALUE, e.g. qos=high (repeat).")
@@ -112,13 +156,27 @@ def compare_cmd(
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
     if launcher not in ("local", "ray", "slurm"):
         raise typer.BadParameter(f"{launcher!r}; allowed: local, ray, slurm", param_hint="'--launcher'")
+    check_range("--max-parallel", max_parallel, 1, 100_000)
+    _check_jobs(jobs, launcher, ray_address)
+    threads = max(1, int(cpus_per_run))  # --cpus-per-run CPUs -> that many torch threads per run
     launch_options = None
     if launcher != "local" and not collect_only:
         launch_options = _launch_options(
-            launcher, jobs, cpus_per_run, gpus_per_run, ray_address, partition, time_min, account, sbatch, poll
+            launcher,
+            jobs or max_parallel or 1,
+            cpus_per_run,
+            gpus_per_run,
+            ray_address,
+            partition,
+            time_min,
+            account,
+            sbatch,
+            poll,
         )
+        _set_launch_extras(launch_options, max_parallel, signal_lead_s, threads)
     seed_list = parse_ints(seeds or "0-4", "--seeds")
     check_range("--jobs", jobs, 1, 1024)
+    workers = min(jobs or 1, max_parallel or jobs or 1)  # local: --max-parallel caps --jobs
     check_range("--smooth", smooth, 1)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.experiments import compare as cmp
@@ -132,17 +190,20 @@ def compare_cmd(
     if arm and not collect_only:
         try:
             arms = [cmp.parse_arm(a) for a in arm]
-            specs = cmp.plan_runs(config, arms, seed_list, out, override)
+            specs = cmp.plan_runs(config, arms, seed_list, out, override, threads_per_run=threads)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="'--arm'") from None
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
         _check_configs(specs)
+        if dry_run:
+            _print_dry_run(specs, launcher, launch_options, out, workers)
+            return
         cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
         if launcher == "local":
-            bar = _bar(len(specs), f"runs ({jobs} at a time)", "run")
+            bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
             try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
-                statuses = cmp.run_all(specs, jobs, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+                statuses = cmp.run_all(specs, workers, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
             finally:
                 bar.close()
         else:
@@ -214,6 +275,43 @@ def compare_cmd(
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:
         raise typer.Exit(1)
+
+
+def _check_jobs(jobs: int | None, launcher: str, ray_address: str) -> None:
+    """--jobs sizes what runs on this machine; where a scheduler places the runs it would be silently ignored."""
+    if jobs is None or launcher == "local" or (launcher == "ray" and ray_address == "local"):
+        return
+    where = "slurm" if launcher == "slurm" else f"ray --ray-address {ray_address}"
+    raise typer.BadParameter(
+        f"--jobs {jobs} with --launcher {where}: the scheduler places the runs; use --max-parallel N to cap "
+        "how many run at once",
+        param_hint="'--jobs'",
+    )
+
+
+def _set_launch_extras(options, max_parallel: int | None, signal_lead_s: int, threads: int) -> None:
+    """The throttle, the signal lead and the threads per run on RayOptions / SlurmOptions (checked again)."""
+    from hadw.experiments import launchers as L
+
+    options.threads = threads
+    if isinstance(options, L.RayOptions):
+        options.max_parallel = max_parallel
+        return
+    options.signal_lead_s = signal_lead_s
+    if max_parallel is not None:
+        options.parallel = max_parallel
+    options.__post_init__()  # the time limit against the new signal lead: one line, exit 2
+
+
+def _print_dry_run(specs, launcher: str, options, out: Path, workers: int) -> None:
+    """--dry-run: what would run where, on stdout; nothing submitted, nothing written."""
+    from hadw.experiments import launchers as L
+
+    if launcher == "local":
+        typer.echo(f"# local: {len(specs)} runs, {workers} at a time (processes here)")
+        typer.echo(L.task_table(specs), nl=False)
+        return
+    typer.echo(L.dry_run(specs, launcher, options, out), nl=False)
 
 
 def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min, account, sbatch, poll):

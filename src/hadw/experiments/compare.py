@@ -150,12 +150,23 @@ def run_status(run_dir: Path) -> str:
     return "resume" if checkpoint_dirs(run_dir) else "new"
 
 
+# train.num_threads (--cpus-per-run) changes how fast a run goes, not what it learns: a sweep re-run with
+# another --cpus-per-run reuses and resumes its runs (the trainer's resume check also lets it change).
+_THREADS_LINE = re.compile(r"^(\s+num_threads:) .*$", re.MULTILINE)
+
+
+def _without_threads(config_yaml: str) -> str:
+    return _THREADS_LINE.sub(r"\1 <any>", config_yaml)
+
+
 def _check_same_config(spec: RunSpec, cfg) -> None:
     """A reused or resumed run must have been made with the same config; else the comparison is silently wrong."""
     from hadw.train.config import config_to_yaml
 
     stored = spec.run_dir / "config.yaml"
-    if stored.is_file() and stored.read_text(encoding="utf-8") != config_to_yaml(cfg):
+    if stored.is_file() and _without_threads(stored.read_text(encoding="utf-8")) != _without_threads(
+        config_to_yaml(cfg)
+    ):
         raise ValueError(
             f"{stored} was written with a different configuration than arm {spec.arm!r} seed {spec.seed} asks for; "
             "use another --out folder or delete that run dir"

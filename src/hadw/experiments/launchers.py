@@ -16,6 +16,7 @@ a run is told only its config, its run folder and the submitting shell's working
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -31,6 +32,8 @@ from hadw.experiments.compare import RunSpec, execute_run, is_finished
 LAUNCHERS = ("local", "ray", "slurm")
 LAUNCHER_LOG = "launcher.log"  # per run folder: one line per attempt (where, when, how it ended)
 SLURM_FOLDER = ".slurm"  # under --out: submitit's pickles and the job logs (<array>_<task>_0_log.out/.err)
+TASKS_FILE = "tasks.tsv"  # under .slurm/<array id>/: array task id -> arm, seed, run folder
+DEFAULT_SIGNAL_LEAD_S = 90  # submitit's default lead of the stop signal before the time limit
 
 
 class LauncherError(UserError):
@@ -47,19 +50,29 @@ class RayOptions:
     gpus_per_run: float = 0.0  # Ray's num_gpus per task (fractions pack runs onto one GPU)
     local_cpus: int | None = None  # CPUs of a started local instance (None: all); the CLI passes --jobs × cpus
     poll_s: float = 2.0  # how often the progress line is refreshed
+    max_parallel: int | None = None  # runs in flight at once (None: as many as the cluster places)
+    threads: int = 1  # torch threads of each run (the CLI passes --cpus-per-run, also as train.num_threads)
+
+    def task_options(self) -> dict:
+        """The options of every run's Ray task (`ray.remote(**options)`), also what --dry-run prints."""
+        return {"num_cpus": self.cpus_per_run, "num_gpus": self.gpus_per_run}
 
 
 @dataclass
 class SlurmOptions:
     partition: str | None = None
-    time_min: int = 60  # per run (sbatch --time); submitit asks Slurm for the preemption signal 90 s before it
+    time_min: int = 60  # per run (sbatch --time); Slurm sends the stop signal signal_lead_s before it
     cpus_per_run: int = 1
     gpus_per_run: int = 0
     account: str | None = None
     # Any other sbatch option, "key=value" ("qos=high", "mem=16G", "constraint=a100"); passed as --key=value.
     sbatch: tuple[str, ...] = ()
     max_requeues: int = 3  # time-outs a run may be requeued after (submitit's max_num_timeout)
-    parallel: int = 256  # array tasks running at once (sbatch --array=0-N%parallel)
+    parallel: int = 256  # array tasks running at once (sbatch --array=0-N%parallel; --max-parallel)
+    # Seconds before the time limit Slurm sends the stop signal (sbatch --signal=USR2@lead): longer than one
+    # training step plus a checkpoint save, or the run is killed at the limit without a checkpoint.
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
+    threads: int = 1  # torch threads of each run (the CLI passes --cpus-per-run, also as train.num_threads)
     setup: tuple[str, ...] = ()  # shell lines run in the job before the run (module load ..., source venv)
     poll_s: float = 5.0  # how often squeue is asked and the progress line refreshed
     job_name: str = "hadw-compare"
@@ -74,6 +87,16 @@ class SlurmOptions:
             self.extra[key] = value
         if self.time_min < 1:
             raise LauncherError(f"--time-min {self.time_min}: must be >= 1 (minutes)")
+        if self.signal_lead_s < 1:
+            raise LauncherError(f"--signal-lead-s {self.signal_lead_s}: must be >= 1 (seconds)")
+        if self.time_min * 60 <= self.signal_lead_s:
+            # Slurm would send the stop signal at (or before) the start: the run stops before its first step.
+            raise LauncherError(
+                f"--time-min {self.time_min} ({self.time_min * 60} s) must be longer than --signal-lead-s "
+                f"{self.signal_lead_s}: Slurm would tell every run to stop before it starts"
+            )
+        if self.parallel < 1:
+            raise LauncherError(f"--max-parallel {self.parallel}: must be >= 1")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -83,7 +106,9 @@ class SlurmOptions:
 def _log_attempt(run_dir: Path, text: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
-        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {socket.gethostname()} pid {os.getpid()}: {text}\n")
+        now = time.time()  # milliseconds: the starts and ends of parallel runs can be ordered from these lines
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        log.write(f"{stamp} {socket.gethostname()} pid {os.getpid()}: {text}\n")
 
 
 def run_on_node(spec: RunSpec, cwd: str, where: str, threads: int = 1) -> dict:
@@ -92,11 +117,30 @@ def run_on_node(spec: RunSpec, cwd: str, where: str, threads: int = 1) -> dict:
     os.chdir(cwd)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
-    _log_attempt(spec.run_dir, f"start ({where})")
+    _log_attempt(spec.run_dir, f"start ({where}{_ray_resources()})")
     result = execute_run(spec)
     stopped = result["status"] == "failed" and (result["error"] or "").startswith("Interrupted")
-    _log_attempt(spec.run_dir, f"{'stopped by a signal' if stopped else result['status']} ({where})")
+    outcome = "stopped by a signal" if stopped else result["status"]
+    _log_attempt(spec.run_dir, f"{outcome} ({where}, {_torch_threads()} torch threads)")
     return result
+
+
+def _ray_resources() -> str:
+    """ ", resources {'CPU': 2.0}" inside a Ray task (what Ray gave it, read back by the tests), else ""."""
+    if "ray" not in sys.modules:
+        return ""
+    import ray
+
+    if not ray.is_initialized():
+        return ""
+    assigned = {k: v for k, v in ray.get_runtime_context().get_assigned_resources().items() if v}
+    return f", resources {dict(sorted(assigned.items()))}"
+
+
+def _torch_threads() -> int | str:
+    """torch's thread count after the run (train.num_threads set it), or "?" if torch was never imported."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else "?"
 
 
 class SlurmRun:
@@ -109,8 +153,8 @@ class SlurmRun:
     same run again, which resumes) and `scontrol requeue`s the task.
     """
 
-    def __init__(self, spec: RunSpec, cwd: str):
-        self.spec, self.cwd = spec, cwd
+    def __init__(self, spec: RunSpec, cwd: str, threads: int = 1):
+        self.spec, self.cwd, self.threads = spec, cwd, threads
 
     def __call__(self) -> dict:
         import submitit
@@ -125,7 +169,7 @@ class SlurmRun:
             os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler: finish the step, checkpoint, stop
 
         signal.signal(signum, on_preempt)
-        result = run_on_node(self.spec, self.cwd, f"slurm job {env.job_id}, log {env.paths.stderr}")
+        result = run_on_node(self.spec, self.cwd, f"slurm job {env.job_id}, log {env.paths.stderr}", self.threads)
         if preempted and callable(submitit_handler) and not is_finished(self.spec.run_dir):
             _log_attempt(self.spec.run_dir, f"preempted ({signal.Signals(signum).name}): requeued")
             submitit_handler(signum, None)  # checkpoint() + scontrol requeue + exit; never returns
@@ -134,7 +178,7 @@ class SlurmRun:
     def checkpoint(self, *args, **kwargs):
         import submitit
 
-        return submitit.helpers.DelayedSubmission(SlurmRun(self.spec, self.cwd))
+        return submitit.helpers.DelayedSubmission(SlurmRun(self.spec, self.cwd, self.threads))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -142,21 +186,23 @@ class SlurmRun:
 
 
 class SweepProgress:
-    """One line on stderr, "runs: 3 done, 2 running, 0 failed, 7 queued", printed when the counts change."""
+    """One line on stderr, "runs: 3 done, 2 running, 0 failed, 7 queued", printed when the counts change;
+    "7 queued (1 requeued)" when some queued runs already ran once in this sweep (requeued, preempted)."""
 
     def __init__(self, total: int, echo: Callable[[str], None] | None = None, done: int = 0, failed: int = 0):
         self.total = total
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.base = (done, failed)  # runs settled before anything was submitted (reused ones)
-        self.last: tuple[int, int, int, int] | None = None
+        self.last: tuple[int, int, int, int, int] | None = None
 
-    def update(self, done: int, running: int, failed: int) -> None:
-        """Counts of the submitted runs; the settled ones are added here."""
+    def update(self, done: int, running: int, failed: int, requeued: int = 0) -> None:
+        """Counts of the submitted runs; the settled ones are added here. `requeued` are among the queued."""
         done, failed = done + self.base[0], failed + self.base[1]
-        counts = (done, running, failed, self.total - done - running - failed)
+        counts = (done, running, failed, self.total - done - running - failed, requeued)
         if counts != self.last:
             self.last = counts
-            self.echo("runs: {} done, {} running, {} failed, {} queued".format(*counts))
+            line = "runs: {} done, {} running, {} failed, {} queued".format(*counts[:4])
+            self.echo(line + (f" ({requeued} requeued)" if requeued else ""))
 
 
 def _reuse_finished(specs: Sequence[RunSpec]) -> tuple[list[dict], list[RunSpec]]:
@@ -199,15 +245,25 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
             why = " ".join(str(err).split())
             raise LauncherError(f"--ray-address {opts.address}: cannot connect ({why})") from None
         started = True
+    progress.update(0, 0, 0)  # once connected: a cluster that is not there is its one line, with no "queued"
     try:
-        task = ray.remote(num_cpus=opts.cpus_per_run, num_gpus=opts.gpus_per_run)(run_on_node)
+        task = ray.remote(**opts.task_options())(run_on_node)
         cwd = os.getcwd()
-        refs = {task.remote(spec, cwd, "ray"): spec for spec in specs}
+        waiting = list(specs)  # not yet submitted: at most opts.max_parallel tasks are in flight at once
+        limit = opts.max_parallel or len(specs)
+        refs: dict = {}
         results: list[dict] = []
-        pending = list(refs)
+        pending: list = []
         submitted = time.time()
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=opts.poll_s)
+        while pending or waiting:
+            while waiting and len(pending) < limit:
+                spec = waiting.pop(0)
+                ref = task.remote(spec, cwd, "ray", opts.threads)
+                refs[ref] = spec
+                pending.append(ref)
+            # Throttled: return at the first finished task, so that the next one is submitted at once.
+            wanted = 1 if waiting else len(pending)
+            ready, pending = ray.wait(pending, num_returns=wanted, timeout=opts.poll_s)
             for ref in ready:
                 try:
                     results.append(ray.get(ref))
@@ -277,25 +333,10 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
     except ImportError:
         raise LauncherError("--launcher slurm needs submitit: pip install 'hadw[cluster]'") from None
     try:
-        executor = submitit.SlurmExecutor(folder=Path(out_dir) / SLURM_FOLDER / "%A", max_num_timeout=opts.max_requeues)
+        executor = submitit.SlurmExecutor(folder=_slurm_folder(out_dir), max_num_timeout=opts.max_requeues)
     except RuntimeError:
         raise LauncherError("--launcher slurm: no Slurm here (srun not found); run it on a login node") from None
-    params: dict = {
-        "job_name": opts.job_name,
-        "time": opts.time_min,
-        "cpus_per_task": opts.cpus_per_run,
-        "array_parallelism": opts.parallel,
-        "additional_parameters": opts.extra,
-    }
-    if opts.partition:
-        params["partition"] = opts.partition
-    if opts.account:
-        params["account"] = opts.account
-    if opts.gpus_per_run:
-        params["gpus_per_node"] = opts.gpus_per_run
-    if opts.setup:
-        params["setup"] = list(opts.setup)
-    params["job_name"] = f"{opts.job_name}-{_folder_tag(out_dir)}"
+    params = _slurm_params(opts, out_dir)
     busy = _queued_arrays(params["job_name"])
     if busy:
         raise LauncherError(
@@ -305,17 +346,106 @@ def run_slurm(specs: Sequence[RunSpec], opts: SlurmOptions, out_dir: Path, progr
         )
     executor.update_parameters(**params)
     cwd = os.getcwd()
+    submitted = time.time()  # a run whose launcher.log is newer has started in this sweep (requeued if queued)
     try:
-        with executor.batch():
-            jobs = [executor.submit(SlurmRun(spec, cwd)) for spec in specs]
+        with _sbatch_stderr_held() as held, executor.batch():
+            jobs = [executor.submit(SlurmRun(spec, cwd, opts.threads)) for spec in specs]
     except Exception as err:  # sbatch refused the array (unknown partition/account, bad option): one line
         raise LauncherError(f"--launcher slurm: sbatch failed: {' '.join(str(err).split())[:500]}") from None
+    if held:  # sbatch's warnings on a successful submission: shown, as sbatch would have
+        print(held[0], end="", file=sys.stderr, flush=True)
+    progress.update(0, 0, 0)  # once submitted: an sbatch refusal is its one line, with no "queued" line before it
+    tasks = Path(jobs[0].paths.folder) / TASKS_FILE
+    tasks.parent.mkdir(parents=True, exist_ok=True)
+    tasks.write_text(task_table(specs), encoding="utf-8")
     print(
-        f"slurm: submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs); logs in {jobs[0].paths.folder}",
+        f"slurm: submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs); logs in {jobs[0].paths.folder}"
+        f", array task -> arm, seed in {tasks}",
         file=sys.stderr,
         flush=True,
     )
-    return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress)
+    return _wait_slurm(dict(zip(jobs, specs, strict=True)), opts.poll_s, progress, submitted)
+
+
+@contextlib.contextmanager
+def _sbatch_stderr_held():
+    """Hold back what sbatch writes to stderr (submitit lets it through) while the array is submitted: on a
+    refusal the error's text is already in our one line; on success the list yielded gets it, to be shown."""
+    import tempfile
+
+    held: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield held
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode(errors="replace")
+            if text:
+                held.append(text)
+
+
+def _slurm_folder(out_dir: str | Path) -> Path:
+    return Path(out_dir) / SLURM_FOLDER / "%A"
+
+
+def _slurm_params(opts: SlurmOptions, out_dir: str | Path) -> dict:
+    """submitit's SlurmExecutor parameters (the names of submitit's _make_sbatch_string) from opts."""
+    params: dict = {
+        "job_name": f"{opts.job_name}-{_folder_tag(Path(out_dir))}",
+        "time": opts.time_min,
+        "cpus_per_task": opts.cpus_per_run,
+        "array_parallelism": opts.parallel,
+        "signal_delay_s": opts.signal_lead_s,
+        "additional_parameters": opts.extra,
+    }
+    optional = {"partition": opts.partition, "account": opts.account, "gpus_per_node": opts.gpus_per_run or None}
+    params |= {key: value for key, value in optional.items() if value}
+    if opts.setup:
+        params["setup"] = list(opts.setup)
+    return params
+
+
+def sbatch_script(n_runs: int, opts: SlurmOptions, out_dir: str | Path) -> str:
+    """The batch script `hadw compare` would submit for an array of n_runs tasks (submitit writes the same)."""
+    try:
+        from submitit.slurm.slurm import _make_sbatch_string  # private, but the very function submitit submits
+    except ImportError:
+        raise LauncherError("--launcher slurm needs submitit: pip install 'hadw[cluster]'") from None
+    folder = _slurm_folder(out_dir)
+    command = f"{sys.executable} -u -m submitit.core._submit {folder}"
+    return _make_sbatch_string(command=command, folder=folder, map_count=n_runs, **_slurm_params(opts, out_dir))
+
+
+def task_table(specs: Sequence[RunSpec]) -> str:
+    """Tab-separated "task, arm, seed, run folder", one line per run: a Slurm array task id is the index here."""
+    lines = ["task\tarm\tseed\trun_dir"]
+    lines += [f"{i}\t{spec.arm}\t{spec.seed}\t{spec.run_dir}" for i, spec in enumerate(specs)]
+    return "\n".join(lines) + "\n"
+
+
+def dry_run(specs: Sequence[RunSpec], launcher: str, options: RayOptions | SlurmOptions, out_dir: str | Path) -> str:
+    """What `launch` would submit, as text (the batch script or the Ray task spec, then the task table);
+    runs already finished are left out, as launch leaves them out. Submits and writes nothing."""
+    todo = [spec for spec in specs if not is_finished(spec.run_dir)]
+    head = f"# {len(todo)} of {len(specs)} runs to submit ({len(specs) - len(todo)} finished, reused)\n"
+    if isinstance(options, SlurmOptions):
+        body = sbatch_script(len(todo), options, out_dir) if todo else "# nothing to submit\n"
+    else:
+        spec = {
+            "address": options.address,
+            "task_options": options.task_options(),
+            "max_parallel": options.max_parallel,
+            "threads_per_run": options.threads,
+            "local_cpus": options.local_cpus if options.address == "local" else None,
+            "function": f"{run_on_node.__module__}.run_on_node(spec, cwd={os.getcwd()!r}, where='ray')",
+        }
+        body = "# Ray task spec\n" + "\n".join(f"{key}: {value}" for key, value in spec.items()) + "\n"
+    return head + body + f"\n# {launcher} task -> arm, seed\n" + task_table(todo)
 
 
 def _folder_tag(out_dir: Path) -> str:
@@ -343,7 +473,10 @@ def _queued_arrays(job_name: str) -> list[str]:
     return sorted(set(out.stdout.split())) if out.returncode == 0 else []
 
 
-def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict]:
+def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress, submitted: float) -> list[dict]:
+    """Poll squeue until every task has ended. A task's result is final only once Slurm says the task ended:
+    a task requeued (`scontrol requeue`, preemption with PreemptMode=REQUEUE) may have written the result of
+    its interrupted attempt, and then runs again; it is shown as requeued and waited for."""
     results: dict[str, dict] = {}
     array_id = next(iter(jobs)).job_id.split("_")[0]
     gone: dict[str, int] = {}  # task id -> polls it has been missing from squeue without a result
@@ -352,11 +485,12 @@ def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict
         for job, spec in jobs.items():
             if job.job_id in results:
                 continue
-            if job.paths.result_pickle.exists():
-                results[job.job_id] = _slurm_result(job, spec)
-                continue
             state = None if states is None else states.get(job.job_id, "GONE")
             ended = state == "GONE" or (state or "").split()[0] in ENDED_STATES
+            # squeue failed (None): the result file decides, as it is all there is to go by.
+            if job.paths.result_pickle.exists() and (ended or state is None):
+                results[job.job_id] = _slurm_result(job, spec)
+                continue
             gone[job.job_id] = gone.get(job.job_id, 0) + 1 if ended else 0
             if gone[job.job_id] >= 2:  # ended twice in a row and still no result: killed / cancelled / timed out
                 results[job.job_id] = _failed(
@@ -364,14 +498,23 @@ def _wait_slurm(jobs: dict, poll_s: float, progress: SweepProgress) -> list[dict
                     f"slurm job {job.job_id} ended ({state}) without a result; log: {job.paths.stderr}. "
                     "Re-run the same command to resume it from its last checkpoint",
                 )
-        done = sum(r["status"] != "failed" for r in results.values())
-        running = sum(
-            1 for job in jobs if job.job_id not in results and states and states.get(job.job_id) in RUNNING_STATES
+        waiting = {job: spec for job, spec in jobs.items() if job.job_id not in results}
+        running = sum(1 for job in waiting if states and states.get(job.job_id) in RUNNING_STATES)
+        requeued = sum(
+            1
+            for job, spec in waiting.items()
+            if states and _is_queued(states.get(job.job_id)) and _started_since(spec.run_dir, submitted)
         )
-        progress.update(done, running, len(results) - done)
-        if len(results) == len(jobs):
+        done = sum(r["status"] != "failed" for r in results.values())
+        progress.update(done, running, len(results) - done, requeued)
+        if not waiting:
             return list(results.values())
         time.sleep(poll_s)
+
+
+def _is_queued(state: str | None) -> bool:
+    """PENDING, or one of Slurm's REQUEUED / REQUEUE_HOLD / REQUEUE_FED states."""
+    return bool(state) and (state == "PENDING" or state.startswith("REQUEUE"))
 
 
 def _slurm_result(job, spec: RunSpec) -> dict:
@@ -399,8 +542,8 @@ def launch(
     reused, todo = _reuse_finished(specs)
     n_failed = sum(r["status"] == "failed" for r in reused)
     progress = SweepProgress(len(specs), echo, done=len(reused) - n_failed, failed=n_failed)
-    progress.update(0, 0, 0)
     if not todo:
+        progress.update(0, 0, 0)
         return reused
     if launcher == "ray":
         assert isinstance(options, RayOptions)
