@@ -150,7 +150,8 @@ def test_two_training_steps_with_user_fields_and_an_import_path_reward(checkpoin
     assert [r["step"] for r in steps] == [1, 2] and result.steps == 2
     assert all(r["perf/cpu_peak_rss_gb"] > 0 for r in steps)
     # the reward saw the user's prompts (in the paper's template) and the user's own column
-    train_calls = [c for c in read_jsonl(log) if len(c["prompts"]) == 4][:2]
+    calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]  # the reward's own log
+    train_calls = [c for c in calls if len(c["prompts"]) == 4][:2]
     assert len(train_calls) == 2 and all("\\boxed{}" in p for p in train_calls[0]["prompts"])
     assert set(train_calls[0]["solution"]) <= {a for _, a, _ in PROBLEMS}
     assert (tmp_path / "run" / "final_model" / "tokenizer.json").is_file()

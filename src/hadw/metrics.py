@@ -26,6 +26,32 @@ METRICS_FILE = "metrics.jsonl"
 FINAL_EVAL_FILE = "final_eval.json"
 SAMPLES_FILE = "samples.jsonl"
 
+# A run folder (hadw.train.run_dir locks and moves these; `hadw eval` never writes over them).
+LOCK_FILE = ".lock"
+# What a run writes; only these are moved aside by --overwrite (anything else in the folder is the user's).
+RUN_ENTRIES = (
+    METRICS_FILE,
+    SAMPLES_FILE,
+    "config.yaml",
+    "latest",
+    "final_model",
+    "init_model",
+    "tensorboard",
+    "reward_errors.jsonl",
+)
+RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
+# Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
+WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, "wandb_id", "warm_start_model")
+
+
+def is_run_file(path: Path) -> bool:
+    """True when `path` is one of the files a `hadw train` run writes in its folder (`samples.jsonl`,
+    `metrics.jsonl`, ...) and its folder holds a run (a lock, a config or metrics): another command must never
+    write it, --overwrite or not."""
+    folder_has_run = any((path.parent / name).exists() for name in (LOCK_FILE, "config.yaml", "metrics.jsonl"))
+    return path.name in WRITTEN_NAMES and folder_has_run
+
+
 # ----------------------------------------------------------------------------------------- actor (the update)
 PG_LOSS = "actor/pg_loss"  # the clipped policy-gradient loss
 PG_CLIPFRAC = "actor/pg_clipfrac"  # share of response tokens clipped at 1 + ε_high (advantage > 0)

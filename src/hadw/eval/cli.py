@@ -224,7 +224,7 @@ def owned_samples(data: bytes) -> bool:
 def _refuse_run_file(path: Path, option: str) -> None:
     """A run folder's own files are never an output file: `hadw eval RUN --samples samples.jsonl` run inside the
     run folder must not replace its training log, --overwrite or not."""
-    from hadw.train.run_dir import is_run_file
+    from hadw.metrics import is_run_file
 
     if is_run_file(path):
         raise UserError(

@@ -18,31 +18,10 @@ from pathlib import Path
 import yaml
 
 from hadw.errors import UserError
+
+# The names a run writes and which files are a run's own live in hadw.metrics (floor 0: `hadw eval` reads them too).
+from hadw.metrics import LOCK_FILE, RUN_ENTRIES, RUN_PATTERNS, WRITTEN_NAMES, is_run_file  # noqa: F401
 from hadw.safe_files import open_nofollow, refuse_link
-
-LOCK_FILE = ".lock"
-# What a run writes; only these are moved aside by --overwrite (anything else in the folder is the user's).
-RUN_ENTRIES = (
-    "metrics.jsonl",
-    "samples.jsonl",
-    "config.yaml",
-    "latest",
-    "final_model",
-    "init_model",
-    "tensorboard",
-    "reward_errors.jsonl",
-)
-RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
-# Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
-WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, "final_eval.json", "wandb_id", "warm_start_model")
-
-
-def is_run_file(path: Path) -> bool:
-    """True when `path` is one of the files a `hadw train` run writes in its folder (`samples.jsonl`,
-    `metrics.jsonl`, ...) and its folder holds a run (a lock, a config or metrics): another command must never
-    write it, --overwrite or not."""
-    folder_has_run = any((path.parent / name).exists() for name in (LOCK_FILE, "config.yaml", "metrics.jsonl"))
-    return path.name in WRITTEN_NAMES and folder_has_run
 
 
 class RunDirError(UserError):

@@ -66,6 +66,18 @@ class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
 
 
+def _detach_from_a_closed_terminal() -> None:
+    """After SIGHUP every write to the closed terminal fails (EIO), from any print, warning or progress bar, and
+    one would end the run before its checkpoint: what still goes to a terminal goes to /dev/null instead (as nohup
+    would have done). A file or pipe (a log) is kept."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 class Interrupted(SignalStop):
     """SIGINT / SIGTERM / SIGHUP stopped the run at a safe point; exit 128 + the signal's number (130, 143, 129)."""
 
@@ -733,7 +745,8 @@ class Trainer:
             f"hadw eval {self.run_dir} --limit 20 --samples eval_samples.jsonl"
         )
         self.no_signal_warning = message
-        print(message, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed terminal (EIO, before SIGHUP arrives) must not end the run
+            print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self) -> dict[str, dict[str, float]]:
@@ -838,6 +851,8 @@ class Trainer:
             if self._stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self._stop_signal = signum
+            if signum == signal.SIGHUP:
+                _detach_from_a_closed_terminal()
             with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
                 print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
 
