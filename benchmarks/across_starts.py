@@ -4,7 +4,7 @@ The study pre-registered in benchmarks/across_starts.md: for each shipped warm s
 group size, `grpo` and `hadw` (benchmarks/hadw_effect.py's arms and recipe: the demo's) over the same seeds, paired by
 seed within a start. Primary metric: avg@4 over all levels on each seed's 300 held-out problems.
 
-Usage: python benchmarks/across_starts.py run [--starts sums234-s0,sums234-s2,...] [--seeds 0-6]
+Usage: python benchmarks/across_starts.py run [--starts sums234-s0,sums234-s2,sums234-s7] [--seeds 0-6]
                                               [--groups 8,4] [--jobs 2] [--out runs/across_starts]
        python benchmarks/across_starts.py rebuild   # across_starts.md's tables from across_starts.raw.json alone
 `run` trains what is missing (finished runs are reused), evaluates, writes the raw per-run results
@@ -209,7 +209,7 @@ def rebuild() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["run", "rebuild"])
-    parser.add_argument("--starts", default="sums234-s0,sums234-s2", help="shipped warm starts, comma-separated")
+    parser.add_argument("--starts", default="sums234-s0,sums234-s2,sums234-s7", help="shipped warm starts")
     parser.add_argument("--seeds", default="0-6")
     parser.add_argument("--groups", default="8,4")
     parser.add_argument("--steps", type=int, default=200)
