@@ -372,3 +372,19 @@ def test_a_run_another_process_trains_is_never_truncated(tmp_path):
     assert result["status"] == "failed" and "in use by pid" in result["error"]
     assert (spec.run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
     assert (spec.run_dir / "samples.jsonl").read_text() == '{"step": 1}\n'
+
+
+def test_plot_of_a_run_without_anchor_metrics_draws_its_accuracy(tmp_path):
+    # A run whose metrics.jsonl has no hadw/anchor (HA-DW never ran in it) made `hadw plot` end in a KeyError.
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    run = tmp_path / "plain_grpo"
+    run.mkdir()
+    rows = [{"step": s, "critic/score/mean": 0.1 * s} for s in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "curves.png"
+    result = CliRunner().invoke(build_app(), ["plot", str(run), "--out", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert out.stat().st_size > 1000

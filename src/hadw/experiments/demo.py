@@ -217,7 +217,7 @@ def _watch(runs: dict[str, Path], processes: list, steps: int) -> None:
                 if records:
                     recent = records[-10:]
                     acc = sum(r[M.SCORE_MEAN] for r in recent) / len(recent)
-                    anchor = records[-1][M.ANCHOR]
+                    anchor = records[-1].get(M.ANCHOR, float("nan"))
                     counters[name].update(completed=records[-1]["step"], acc=f"{acc:.3f}", C=f"{anchor:.2f}")
         for name in runs:
             counters[name].update(completed=steps)

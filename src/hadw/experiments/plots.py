@@ -91,7 +91,8 @@ def plot_runs(
         acc = [r[M.SCORE_MEAN] for r in records]
         window = [acc[max(0, i - smooth + 1) : i + 1] for i in range(len(acc))]
         ax_acc.plot(steps, [sum(w) / len(w) for w in window], label=name)
-        ax_c.plot(steps, [r[M.ANCHOR] for r in records], label=name)
+        anchored = [r for r in records if isinstance(r.get(M.ANCHOR), int | float)]  # none when HA-DW never ran
+        ax_c.plot([r["step"] for r in anchored], [r[M.ANCHOR] for r in anchored], label=name)
     ax_acc.set(xlabel="training step", ylabel=f"rollout accuracy, T=1 ({smooth}-step mean)", title="Rollout accuracy")
     ax_c.set(xlabel="training step", ylabel="anchor C (window, k=10)", title="Difficulty anchor")
     if initial is not None:
