@@ -33,21 +33,16 @@ PRIMARY = "val/all/avg@4"
 LEVEL_KEYS = {"L2": "val/sums/L2/avg@4", "L3": "val/sums/L3/avg@4", "L4": "val/sums/L4/avg@4"}
 
 
-def parse_seeds(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
-
-
 def run(args: argparse.Namespace) -> None:
     """Train and evaluate every (start, G, arm, seed) that is missing; write the raw file and the tables."""
     import hadw_effect as H
 
+    from hadw.cli_lists import parse_ints
     from hadw.experiments import compare as cmp
     from hadw.train import warm_starts as W
 
-    starts, seeds, groups = args.starts.split(","), parse_seeds(args.seeds), [int(g) for g in args.groups.split(",")]
+    starts, seeds = args.starts.split(","), parse_ints(args.seeds, "--seeds")
+    groups = parse_ints(args.groups, "--groups")
     arms = [cmp.Arm(name, H.ARMS[name]) for name in ARMS]
     cells, specs = {}, []
     for start in starts:

@@ -19,19 +19,8 @@ from tests.conftest import REPO_ROOT, TINY_COMPARE_RECIPE
 
 pytestmark = pytest.mark.slow
 
-# A tiny run: 1-layer 32-wide model, 2 prompts × 2 responses, 3 new tokens.
-TINY_TRAIN = [
-    "data.source=task:addition",
-    "data.levels=[1]",
-    "data.eval_size=4",
-    "data.chat_template=never",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=3",
-    "train.prompts_per_step=2",
-    "train.mini_batch_prompts=2",
-    "train.steps=2",
-    "logging.sample_every=0",
-]
+# A tiny run: the conftest recipe (1-layer 32-wide model, 2 prompts × 2 responses, 3 new tokens), 2 steps.
+TINY_TRAIN = [*TINY_COMPARE_RECIPE, "train.steps=2"]
 
 
 def _hadw_through_a_pipe(*args: str, cwd: Path) -> str:
@@ -54,7 +43,7 @@ def _progress_lines(stderr: str, desc: str, unit: str) -> list[str]:
 
 
 def test_train_and_its_sft_warm_start_print_progress_lines(tmp_path):
-    tiny = ["model.path=", "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.intermediate_size=64"]
+    tiny = ["model.path="]  # the tiny model built by the trainer, then its SFT warm start
     warm = ["model.tiny.warm_start_accuracy=1.0", "model.tiny.warm_start_max_steps=2"]  # 2 SFT steps, then RL
     stderr = _hadw_through_a_pipe("train", *TINY_TRAIN, *tiny, *warm, f"train.output_dir={tmp_path / 'run'}",
                                   cwd=tmp_path)  # fmt: skip
