@@ -4,6 +4,9 @@
 #   bash scripts/ray_local.sh start DIR [CPUS]   # starts it, waits for its port, writes DIR/address (HOST:PORT)
 #   hadw compare ... --launcher ray --ray-address "$(cat DIR/address)"
 #   bash scripts/ray_local.sh stop DIR           # SIGTERM to its process group, SIGKILL after 5 s
+#   bash scripts/ray_local.sh worker DIR HEAD CPUS [PRIVATE]   # a second node joining HEAD (HOST:PORT); stop DIR
+#                                                # ends it. PRIVATE: a folder this node sees as its own empty
+#                                                # tmpfs (a mount namespace): storage the other nodes cannot see
 #
 # Ports are picked free (GCS, Ray client, dashboard agent), logs and sockets live in DIR, the dashboard is off,
 # and RAY_AUTH_MODE defaults to disabled (no token file in ~/.ray): drivers must use the same RAY_AUTH_MODE.
@@ -13,7 +16,7 @@ cmd=${1:-}
 DIR=${2:-}
 CPUS=${3:-2}
 if [ -z "$cmd" ] || [ -z "$DIR" ]; then
-  echo "usage: $0 start|stop DIR [CPUS]" >&2
+  echo "usage: $0 start|stop DIR [CPUS] | worker DIR HEAD CPUS [PRIVATE]" >&2
   exit 2
 fi
 mkdir -p "$DIR"
@@ -49,6 +52,34 @@ EOF
   echo "ray_local: the head did not come up; see $DIR/ray.log" >&2
   exit 3
   ;;
+worker)
+  HEAD=${3:?usage: $0 worker DIR HEAD CPUS [PRIVATE]}
+  CPUS=${4:-2}
+  PRIVATE=${5:-}
+  command -v "$RAY" >/dev/null || { echo "ray_local: $RAY not found (pip install 'hadw[cluster]')" >&2; exit 3; }
+  AGENT_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  start=("$RAY" start --address "$HEAD" --block --node-ip-address 127.0.0.1 --num-cpus "$CPUS"
+    --dashboard-agent-listen-port "$AGENT_PORT" --disable-usage-stats)
+  if [ -n "$PRIVATE" ]; then
+    mkdir -p "$PRIVATE"
+    # Its own mount namespace: an empty tmpfs over PRIVATE that only this node (and its workers) sees.
+    setsid unshare --mount --propagation private bash -c 'mount -t tmpfs hadw-private "$0" && exec "$@"' \
+      "$PRIVATE" "${start[@]}" > "$DIR/ray.log" 2>&1 &
+  else
+    setsid "${start[@]}" > "$DIR/ray.log" 2>&1 &
+  fi
+  echo $! > "$DIR/ray.pid"
+  for _ in $(seq 300); do
+    if grep -q "Ray runtime started" "$DIR/ray.log"; then
+      echo "ray_local: worker up (joined $HEAD)"
+      exit 0
+    fi
+    kill -0 "$(cat "$DIR/ray.pid")" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "ray_local: the worker did not come up; see $DIR/ray.log" >&2
+  exit 3
+  ;;
 stop)
   [ -f "$DIR/ray.pid" ] || { echo "ray_local: not running"; exit 0; }
   pid=$(cat "$DIR/ray.pid")
@@ -62,7 +93,7 @@ stop)
   echo "ray_local: killed"
   ;;
 *)
-  echo "usage: $0 start|stop DIR [CPUS]" >&2
+  echo "usage: $0 start|stop DIR [CPUS] | worker DIR HEAD CPUS [PRIVATE]" >&2
   exit 2
   ;;
 esac

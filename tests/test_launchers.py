@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -519,3 +520,58 @@ def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, l
     log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
     assert log.count(": start (slurm job") == 2 and "resumed (slurm job" in log.splitlines()[-1], log
     assert_same_runs(out, local_sweep)
+
+
+# ------------------------------------------------------------------------------------------- issue 32: faults
+@pytest.fixture
+def ray_two_nodes(tmp_path_factory, monkeypatch):
+    """A head with no CPUs (nothing runs there) and a 2-CPU worker node whose view of `private/` is its own
+    empty tmpfs (scripts/ray_local.sh worker ... PRIVATE): a run folder under it is storage the driver cannot
+    see, as a node's local disk would be. Yields (address, private folder); both nodes are always stopped."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        unavailable("ray is not installed (pip install 'hadw[cluster]')")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a node with private storage needs root and unshare (a mount namespace)")
+    # Short: Ray's socket paths under the head's temp dir must fit AF_UNIX's 107 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="hadw-ray2-", dir="/tmp"))
+    script, env = REPO / "scripts" / "ray_local.sh", {**os.environ, "RAY": str(ray_bin)}
+    private = folder / "private"
+    try:
+        up = subprocess.run(["bash", script, "start", folder / "head", "0"], capture_output=True, text=True, env=env)
+        if up.returncode != 0:
+            unavailable(f"the Ray head did not start: {up.stderr.strip()}")
+        address = (folder / "head" / "address").read_text().strip()
+        worker = ["bash", script, "worker", folder / "worker", address, "2", private]
+        up = subprocess.run(worker, capture_output=True, text=True, env=env)
+        if up.returncode != 0:
+            unavailable(f"the Ray worker node did not start: {up.stderr.strip()}")
+        yield address, private
+    finally:
+        for node in ("worker", "head"):
+            subprocess.run(["bash", script, "stop", folder / node], capture_output=True, text=True, env=env)
+    assert not (folder / "head" / "ray.pid").exists() and not (folder / "worker" / "ray.pid").exists()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_runs_the_driver_cannot_see_are_named_and_the_sweep_fails(tmp_path, ray_two_nodes):
+    """--out on storage only the worker node sees: every run trains there, and the driver names each one as
+    missing with the shared-storage need and exits non-zero (before: "2 trained, 0 failed", a report of
+    whatever happened to be visible)."""
+    address, private = ray_two_nodes
+    out = private / "cmp"
+    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", address, "--poll", "0.5"]
+    command += ["--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0", "--smooth", "1", *recipe]
+    cli = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert cli.returncode != 0, cli.stderr
+    assert "runs: 0 trained, 0 resumed, 0 reused, 2 failed" in cli.stderr, cli.stderr
+    for arm in ("grpo", "hadw"):
+        line = next(x for x in cli.stderr.splitlines() if x.startswith(f"run {arm} seed 0 failed:"))
+        assert "trained on its node, but its run folder is missing here" in line, line
+        assert "--out must be on storage every node shares" in line, line
+    assert not (out / "grpo" / "seed0").exists()  # the runs are real, but only on the worker's own storage

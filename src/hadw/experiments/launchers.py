@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hadw import metrics as M
 from hadw.errors import UserError
 from hadw.experiments.compare import RunSpec, execute_run, is_finished
 
@@ -547,6 +548,40 @@ def launch(
         return reused
     if launcher == "ray":
         assert isinstance(options, RayOptions)
-        return reused + run_ray(todo, options, progress)
-    assert isinstance(options, SlurmOptions)
-    return reused + run_slurm(todo, options, Path(out_dir), progress)
+        ran = run_ray(todo, options, progress)
+    else:
+        assert isinstance(options, SlurmOptions)
+        ran = run_slurm(todo, options, Path(out_dir), progress)
+    return reused + check_from_driver(ran, todo)
+
+
+SHARED_STORAGE = (
+    "--out must be on storage every node shares (NFS, Lustre, GPFS, a mounted bucket; never a node's own disk or "
+    "/tmp): see 'What every node must see' in docs/compare.md"
+)
+
+
+def check_from_driver(results: Sequence[dict], specs: Sequence[RunSpec]) -> list[dict]:
+    """A run that ended well on its node counts only if this machine (the driver) sees it too: its final model
+    and a readable final eval in its run folder. One that is not visible here is reported failed, naming the
+    shared-storage need: the report would otherwise be built silently from the runs that happen to be here."""
+    import json
+
+    by_run = {(spec.arm, spec.seed): spec for spec in specs}
+    checked = []
+    for result in results:
+        spec = by_run.get((result["arm"], result["seed"]))
+        if spec is None or result["status"] == "failed":
+            checked.append(result)
+            continue
+        try:
+            json.loads((spec.run_dir / M.FINAL_EVAL_FILE).read_text(encoding="utf-8"))
+            visible = is_finished(spec.run_dir)
+        except (OSError, ValueError):
+            visible = False
+        if visible:
+            checked.append(result)
+            continue
+        where = "its run folder is missing here" if not spec.run_dir.exists() else "its results are missing here"
+        checked.append(_failed(spec, f"{result['status']} on its node, but {where} ({spec.run_dir}): {SHARED_STORAGE}"))
+    return checked
