@@ -329,6 +329,15 @@ def test_scheduler_flags_are_refused_in_one_line(tmp_path):
         (["--launcher", "slurm", "--jobs", "4"], "--jobs 4 with --launcher slurm: the scheduler places the runs"),
         (["--launcher", "ray", "--ray-address", "auto", "-j", "2"], "--jobs 2 with --launcher ray --ray-address auto"),
         (["--launcher", "slurm", "--max-parallel", "0"], "--max-parallel"),
+        (["--setup", "module load x"], "--setup is for --launcher slurm (the batch script of each job); with local"),
+        (["--launcher", "ray", "--setup", "x"], "on Ray use the nodes' image or --ray-runtime-env"),
+        (["--launcher", "ray", "--max-requeues", "2"], "--max-requeues is for --launcher slurm"),
+        (["--launcher", "slurm", "--max-requeues", "-1"], "--max-requeues"),
+        (["--launcher", "slurm", "--setup", "a\nb"], "one non-empty shell line per --setup"),
+        (["--launcher", "slurm", "--ray-runtime-env", "{}"], "--ray-runtime-env is for --launcher ray"),
+        (["--launcher", "ray", "--ray-runtime-env", "[1]"], "a JSON object is needed"),
+        (["--launcher", "ray", "--ray-runtime-env", "{nope"], "not JSON"),
+        (["--launcher", "ray", "--ray-runtime-env", "/nonexistent/env.json"], "/nonexistent/env.json: cannot read it"),
     ):
         result = CliRunner().invoke(build_app(), base + extra)
         assert result.exit_code == 2, (extra, result.output)
@@ -352,7 +361,8 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
             *base,
             *("--launcher", "slurm", "--max-parallel", "3", "--partition", "debug", "--account", "lab"),
             *("--time-min", "7", "--cpus-per-run", "2", "--gpus-per-run", "1", "--sbatch", "mem=100M"),
-            *("--signal-lead-s", "30"),
+            *("--signal-lead-s", "30", "--max-requeues", "5"),
+            *("--setup", "module load cuda/12.4", "--setup", "export HF_HOME=/shared/hf"),
         ],
     )
     assert slurm.exit_code == 0, slurm.output
@@ -366,16 +376,25 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
         "#SBATCH --mem=100M",
         "#SBATCH --signal=USR2@30",
         "-m submitit.core._submit",
+        "# requeues after a time-out, per run: at most 5",
     ):
         assert line in slurm.output, (line, slurm.output)
+    # --setup: in the batch script, in order, before the run starts
+    script = slurm.output
+    assert script.index("module load cuda/12.4") < script.index("export HF_HOME=/shared/hf") < script.index("srun")
     table = slurm.output.split("task\tarm\tseed\trun_dir\n")[1].splitlines()
     assert [row.split("\t")[:3] for row in table] == [
         [str(i), arm, str(seed)] for i, (arm, seed) in enumerate((a, s) for a in "ab" for s in range(3))
     ]
     ray = CliRunner().invoke(
-        build_app(), [*base, "--launcher", "ray", "--max-parallel", "2", "--cpus-per-run", "2", "--gpus-per-run", "0.5"]
+        build_app(),
+        [
+            *(*base, "--launcher", "ray", "--max-parallel", "2", "--cpus-per-run", "2", "--gpus-per-run", "0.5"),
+            *("--ray-runtime-env", '{"env_vars": {"HF_HOME": "/shared/hf"}}'),
+        ],
     )
     assert ray.exit_code == 0, ray.output
+    assert "runtime_env: {'env_vars': {'HF_HOME': '/shared/hf'}}" in ray.output
     assert "task_options: {'num_cpus': 2.0, 'num_gpus': 0.5}" in ray.output and "max_parallel: 2" in ray.output
     assert "threads_per_run: 2" in ray.output and "5\tb\t2\t" in ray.output
     local = CliRunner().invoke(build_app(), [*base, "--jobs", "4", "--max-parallel", "2"])  # caps --jobs
@@ -405,6 +424,7 @@ def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_p
         [
             *("compare", "--out", str(out), "--launcher", "ray", "--jobs", "2", "--cpus-per-run", "2"),
             *("--max-parallel", "1", "--poll", "0.5", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *recipe),
+            *("--ray-runtime-env", '{"env_vars": {"HADW_TEST_MARK": "on"}}'),
         ],
     )
     assert result.exit_code == 0, result.output
@@ -412,7 +432,8 @@ def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_p
     spans = []
     for seed in range(2):
         rows = run_log(out / "grpo" / f"seed{seed}")
-        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0})", rows
+        # the task got 2 CPUs from Ray, and ran in the sweep's runtime_env (its variable's name is logged)
+        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0}, env_vars ['HADW_TEST_MARK'])", rows
         assert rows[1][1] == "trained (ray, 2 torch threads)", rows
         assert "num_threads: 2" in (out / "grpo" / f"seed{seed}" / "config.yaml").read_text()
         spans.append((rows[0][0], rows[1][0]))

@@ -144,6 +144,31 @@ def compare_cmd(
     sbatch: Annotated[
         list[str], typer.Option("--sbatch", help="slurm: another sbatch option KEY=VALUE, e.g. qos=high (repeat).")
     ] = [],
+    setup: Annotated[
+        list[str],
+        typer.Option(
+            "--setup",
+            help="slurm: a shell line each job runs before its run, e.g. 'module load cuda/12.4' or "
+            "'source /shared/venv/bin/activate' (repeat; in order).",
+        ),
+    ] = [],
+    max_requeues: Annotated[
+        int | None,
+        typer.Option(
+            "--max-requeues",
+            help="slurm: how many times a run stopped by its time limit is requeued (submitit's max_num_timeout; "
+            "default 3); after that it is reported failed and a re-run resumes it. submitit counts every stop "
+            "signal of a job shorter than 50 minutes as a time-out.",
+        ),
+    ] = None,
+    ray_runtime_env: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-runtime-env",
+            help="ray: the runtime environment of every run's task (Ray's runtime_env), as JSON, e.g. "
+            '\'{"env_vars": {"HF_HOME": "/shared/hf"}}\', or the path of a .json file.',
+        ),
+    ] = None,
     poll: Annotated[
         float, typer.Option("--poll", help="ray/slurm: seconds between checks of the runs (progress line).")
     ] = 5.0,
@@ -174,6 +199,13 @@ def compare_cmd(
             poll,
         )
         _set_launch_extras(launch_options, max_parallel, signal_lead_s, threads)
+    _scheduler_only(launcher, setup, max_requeues, ray_runtime_env)
+    if launcher == "slurm" and launch_options is not None:
+        launch_options.setup = tuple(setup)
+        if max_requeues is not None:
+            launch_options.max_requeues = max_requeues
+    if launcher == "ray" and launch_options is not None and ray_runtime_env is not None:
+        launch_options.runtime_env = _runtime_env(ray_runtime_env)
     seed_list = parse_ints(seeds or "0-4", "--seeds")
     check_range("--jobs", jobs, 1, 1024)
     workers = min(jobs or 1, max_parallel or jobs or 1)  # local: --max-parallel caps --jobs
@@ -287,6 +319,54 @@ def _check_jobs(jobs: int | None, launcher: str, ray_address: str) -> None:
         "how many run at once",
         param_hint="'--jobs'",
     )
+
+
+def _scheduler_only(launcher: str, setup: list[str], max_requeues: int | None, runtime_env: str | None) -> None:
+    """Flags that mean something to one scheduler only: elsewhere they would be silently ignored."""
+    given = {"--setup": bool(setup), "--max-requeues": max_requeues is not None}
+    for flag, used in given.items():
+        if used and launcher != "slurm":
+            raise typer.BadParameter(
+                f"{flag} is for --launcher slurm (the batch script of each job); with {launcher} it would do "
+                "nothing" + ("; on Ray use the nodes' image or --ray-runtime-env" if launcher == "ray" else ""),
+                param_hint=f"'{flag}'",
+            )
+    if runtime_env is not None and launcher != "ray":
+        raise typer.BadParameter(
+            f"--ray-runtime-env is for --launcher ray; with {launcher} it would do nothing"
+            + ("; on Slurm use --setup lines (jobs inherit this shell's environment)" if launcher == "slurm" else ""),
+            param_hint="'--ray-runtime-env'",
+        )
+    check_range("--max-requeues", max_requeues, 0, 1000)
+    for line in setup:
+        if not line.strip() or any(ch in line for ch in "\n\r\0"):
+            raise typer.BadParameter(f"{line!r}: one non-empty shell line per --setup", param_hint="'--setup'")
+
+
+def _runtime_env(text: str) -> dict:
+    """--ray-runtime-env: a JSON object, or the path of a .json file holding one."""
+    source = "--ray-runtime-env"
+    if text.lstrip()[:1] not in ("{", "["):  # JSON is an object (or a list, refused below); else a file
+        path = Path(text)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise typer.BadParameter(
+                f"{path}: cannot read it ({getattr(err, 'strerror', None) or err}); expected a JSON object or the "
+                "path of a .json file",
+                param_hint="'--ray-runtime-env'",
+            ) from None
+        source = str(path)
+    try:
+        env = json.loads(text)
+    except ValueError as err:
+        raise typer.BadParameter(f"{source}: not JSON ({err})", param_hint="'--ray-runtime-env'") from None
+    if not isinstance(env, dict):
+        raise typer.BadParameter(
+            f'{source}: a JSON object is needed, e.g. {{"env_vars": {{"HF_HOME": "/shared/hf"}}}}',
+            param_hint="'--ray-runtime-env'",
+        )
+    return env
 
 
 def _set_launch_extras(options, max_parallel: int | None, signal_lead_s: int, threads: int) -> None:

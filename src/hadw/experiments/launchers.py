@@ -53,6 +53,8 @@ class RayOptions:
     poll_s: float = 2.0  # how often the progress line is refreshed
     max_parallel: int | None = None  # runs in flight at once (None: as many as the cluster places)
     threads: int = 1  # torch threads of each run (the CLI passes --cpus-per-run, also as train.num_threads)
+    # Ray's runtime_env of the sweep (ray.init): env_vars, working_dir, pip, ... its tasks run in it.
+    runtime_env: dict | None = None
 
     def task_options(self) -> dict:
         """The options of every run's Ray task (`ray.remote(**options)`), also what --dry-run prints."""
@@ -134,8 +136,11 @@ def _ray_resources() -> str:
 
     if not ray.is_initialized():
         return ""
-    assigned = {k: v for k, v in ray.get_runtime_context().get_assigned_resources().items() if v}
-    return f", resources {dict(sorted(assigned.items()))}"
+    context = ray.get_runtime_context()
+    assigned = {k: v for k, v in context.get_assigned_resources().items() if v}
+    # The names of the runtime_env's variables, never their values (tokens are passed this way).
+    names = sorted((context.runtime_env or {}).get("env_vars") or {})
+    return f", resources {dict(sorted(assigned.items()))}" + (f", env_vars {names}" if names else "")
 
 
 def _torch_threads() -> int | str:
@@ -240,6 +245,8 @@ def run_ray(specs: Sequence[RunSpec], opts: RayOptions, progress: SweepProgress)
             kwargs = {"num_cpus": opts.local_cpus, "include_dashboard": False}
         if not opts.address.startswith("ray://"):  # (a Ray client takes none of these)
             kwargs |= {"log_to_driver": False, "configure_logging": False}
+        if opts.runtime_env is not None:
+            kwargs["runtime_env"] = opts.runtime_env
         try:
             ray.init(address=opts.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as err:
@@ -436,6 +443,7 @@ def dry_run(specs: Sequence[RunSpec], launcher: str, options: RayOptions | Slurm
     head = f"# {len(todo)} of {len(specs)} runs to submit ({len(specs) - len(todo)} finished, reused)\n"
     if isinstance(options, SlurmOptions):
         body = sbatch_script(len(todo), options, out_dir) if todo else "# nothing to submit\n"
+        body += f"# requeues after a time-out, per run: at most {options.max_requeues} (submitit's max_num_timeout)\n"
     else:
         spec = {
             "address": options.address,
@@ -443,6 +451,7 @@ def dry_run(specs: Sequence[RunSpec], launcher: str, options: RayOptions | Slurm
             "max_parallel": options.max_parallel,
             "threads_per_run": options.threads,
             "local_cpus": options.local_cpus if options.address == "local" else None,
+            "runtime_env": options.runtime_env,
             "function": f"{run_on_node.__module__}.run_on_node(spec, cwd={os.getcwd()!r}, where='ray')",
         }
         body = "# Ray task spec\n" + "\n".join(f"{key}: {value}" for key, value in spec.items()) + "\n"
