@@ -291,6 +291,22 @@ def test_sigterm_sigint_and_sighup_stop_at_a_safe_point_with_the_resume_command(
         assert checkpoint.name == f"checkpoint-{steps[-1]:06d}"  # the work up to the stop was saved
 
 
+def test_a_stop_signal_during_start_up_stops_the_run_at_its_first_safe_point(tiny_path, tmp_path):
+    """Issue 32: a preemption / scancel signal while the run is still loading (before the trainer's handlers)
+    was lost (submitit's SIGTERM handler only logs it) and the run went on to its time limit. Kept by
+    hadw.processes.request_stop, the trainer takes it and stops after its first step, with a checkpoint."""
+    from hadw.processes import request_stop, take_pending_stop
+    from hadw.train.trainer import Interrupted
+
+    trainer = _trainer(tiny_path, tmp_path / "run", "train.steps=50", "checkpoint.every=0")
+    request_stop(signal.SIGTERM)  # as SlurmRun's start-up SIGTERM handler does
+    with pytest.raises(Interrupted, match="SIGTERM: stopped"):
+        trainer.train()
+    assert latest_checkpoint(tmp_path / "run").name == "checkpoint-000001"
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
+    assert take_pending_stop() is None  # taken once: the next run in this process is not stopped by it
+
+
 def test_a_closed_terminal_saves_the_finished_steps(tiny_path, tmp_path):
     """The terminal of `hadw train` closes (its ssh session ends): the kernel sends SIGHUP and every later write
     to the terminal fails (EIO). The run still checkpoints its finished steps and exits 129."""

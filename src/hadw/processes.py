@@ -22,6 +22,24 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
+# A stop signal that arrived before a trainer could take it (a scheduler's preemption signal during start-up):
+# recorded here by whoever handles signals then (hadw.experiments.launchers.SlurmRun), taken by the trainer when it
+# installs its own handlers, so that it stops at its first safe point instead of losing the signal.
+_pending_stop: list[int] = []
+
+
+def request_stop(signum: int) -> None:
+    """Record a stop signal for the trainer that has not started yet (a signal handler may call this)."""
+    _pending_stop.append(signum)
+
+
+def take_pending_stop() -> int | None:
+    """The first stop signal recorded before the trainer started (and forget them all), or None."""
+    signum = _pending_stop[0] if _pending_stop else None
+    _pending_stop.clear()
+    return signum
+
+
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
     """Have this process receive `signum` when its parent (`parent_pid`, passed in by the parent) dies.
 

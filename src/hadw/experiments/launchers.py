@@ -29,6 +29,7 @@ from pathlib import Path
 from hadw import metrics as M
 from hadw.errors import UserError
 from hadw.experiments.compare import RunSpec, execute_run, is_finished
+from hadw.processes import request_stop
 
 LAUNCHERS = ("local", "ray", "slurm")
 LAUNCHER_LOG = "launcher.log"  # per run folder: one line per attempt (where, when, how it ended)
@@ -175,6 +176,10 @@ class SlurmRun:
             os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler: finish the step, checkpoint, stop
 
         signal.signal(signum, on_preempt)
+        # Until the trainer installs its own handlers (model and data loading: seconds to minutes), a SIGTERM
+        # (scancel, or on_preempt above) is kept for it: it then stops at its first safe point with a checkpoint.
+        # (submitit's own SIGTERM handler only logs it, and the run would go on to the time limit.)
+        signal.signal(signal.SIGTERM, lambda sig, frame: request_stop(sig))
         result = run_on_node(self.spec, self.cwd, f"slurm job {env.job_id}, log {env.paths.stderr}", self.threads)
         if preempted and callable(submitit_handler) and not is_finished(self.spec.run_dir):
             _log_attempt(self.spec.run_dir, f"preempted ({signal.Signals(signum).name}): requeued")

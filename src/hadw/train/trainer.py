@@ -34,7 +34,7 @@ from hadw.data import Problem, extract_answer, render_prompt
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.processes import STOP_SIGNALS
+from hadw.processes import STOP_SIGNALS, take_pending_stop
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.base import FailureWatch
@@ -858,6 +858,9 @@ class Trainer:
 
         for signum in STOP_SIGNALS:
             previous[signum] = signal.signal(signum, handler)
+        pending = take_pending_stop()  # a stop asked for during start-up (e.g. an early preemption signal)
+        if pending is not None:
+            self._stop_signal = pending
         return previous
 
     @staticmethod
