@@ -146,21 +146,8 @@ def ray_head(tmp_path_factory, monkeypatch):
     assert not (folder / "ray.pid").exists(), "the Ray head was not stopped"
 
 
-def interrupt_after(run_dir: Path, step: int) -> None:
-    """Make a finished run look killed after `step` (one of the last 2 steps: checkpoint.every=1, keep_last=2
-    keep those two checkpoints): drop the final model
-    and the newer checkpoint, point `latest` at checkpoint-<step>, keep the metrics rows up to it."""
-    shutil.rmtree(run_dir / "final_model")
-    for checkpoint in run_dir.glob("checkpoint-*"):
-        if int(checkpoint.name.split("-")[1]) > step:
-            shutil.rmtree(checkpoint)
-    (run_dir / "latest").write_text(f"checkpoint-{step:06d}\n")
-    rows = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
-    (run_dir / "metrics.jsonl").write_text("\n".join(rows) + "\n")
-
-
 @pytest.mark.slow
-def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep, ray_head):
+def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep):
     before = own_processes()  # (the Ray head is not among them: ray_local.sh detaches it with setsid)
     out = tmp_path / "cmp"
     started = time.perf_counter()
@@ -180,15 +167,6 @@ def test_ray_launcher_matches_local_bit_for_bit(tmp_path, local_sweep, ray_head)
         time.sleep(0.2)
     assert not own_processes() - before, "the sweep's Ray instance left processes behind"
 
-    # The same command against a running cluster (--ray-address HOST:PORT), after hadw seed 1 was "killed"
-    # after step 7: three runs are reused (never submitted), one resumes from checkpoint-7, bit for bit.
-    interrupt_after(out / "hadw" / "seed1", 7)
-    again = CliRunner().invoke(
-        build_app(),
-        ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5", *ARMS, *RECIPE],
-    )
-    assert again.exit_code == 0 and "runs: 0 trained, 1 resumed, 3 reused, 0 failed" in again.output, again.output
-    assert_same_runs(out, local_sweep)
     # A cluster that is not there: one line naming the address, exit 2.
     gone = CliRunner().invoke(
         build_app(),
@@ -596,3 +574,65 @@ def test_ray_runs_the_driver_cannot_see_are_named_and_the_sweep_fails(tmp_path, 
         assert "trained on its node, but its run folder is missing here" in line, line
         assert "--out must be on storage every node shares" in line, line
     assert not (out / "grpo" / "seed0").exists()  # the runs are real, but only on the worker's own storage
+
+
+def trainer_pid_gone(run_dir: Path, timeout: float = 60) -> None:
+    """Wait until the process of the run's last attempt has exited (it holds the run folder's lock)."""
+    pid, deadline = run_pid(run_dir.parent.parent, run_dir.parent.name, int(run_dir.name[4:])), time.time() + timeout
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.time() < deadline, f"the run's process {pid} still lives {timeout} s after its driver died"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, local_sweep, ray_head):
+    """Against a running Ray head: (1) kill -9 of the worker process running a run: Ray retries the task, which
+    resumes from its checkpoint; (2) SIGHUP to the driver (its terminal closed): it goes on and reports; both in
+    one sweep, bit-identical to local. (3) kill -9 of the driver: its runs die with it (Ray's ownership); the same
+    command again resumes them, bit-identical."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
+    grpo = ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both runs at once on the 2-CPU head
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hadw.cli", *command, *grpo],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        os.kill(run_pid(out, "grpo", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
+        cli.send_signal(signal.SIGHUP)
+        output, _ = cli.communicate(timeout=400)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0, output
+    assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
+    for seed in (0, 1):
+        assert run_metrics(out / "grpo" / f"seed{seed}") == run_metrics(local_sweep / "grpo" / f"seed{seed}")
+    log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert log.count(": start (ray") == 2 and "resumed (ray" in log.splitlines()[-1], log
+
+    # (3) the driver killed (kill -9): the run stops with it; the re-run resumes it.
+    out = tmp_path / "killed"
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
+    command += ["--arm", "grpo:", "--seeds", "0", "--smooth", "1", *RECIPE]
+    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        cli.kill()
+        cli.wait()
+        trainer_pid_gone(out / "grpo" / "seed0")
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert not (out / "grpo" / "seed0" / "final_model").exists()
+    again = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 0 reused, 0 failed" in again.stderr, again.stderr
+    assert run_metrics(out / "grpo" / "seed0") == run_metrics(local_sweep / "grpo" / "seed0")

@@ -9,6 +9,7 @@ signal of its choice when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -20,6 +21,18 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The signals that stop a command at a safe point: Ctrl-C, a scheduler's or `kill`'s SIGTERM, and SIGHUP (a closed
 # terminal or ssh session; not on Windows).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def detach_from_a_closed_terminal() -> None:
+    """After SIGHUP every write to the closed terminal fails (EIO), from any print, warning or progress bar, and
+    one would end the command before it saved its work: what still goes to a terminal goes to /dev/null instead
+    (as nohup would have done). A file or pipe (a log) is kept."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 # A stop signal that arrived before a trainer could take it (a scheduler's preemption signal during start-up):

@@ -29,7 +29,7 @@ from pathlib import Path
 from hadw import metrics as M
 from hadw.errors import UserError
 from hadw.experiments.compare import RunSpec, execute_run, is_finished
-from hadw.processes import request_stop
+from hadw.processes import detach_from_a_closed_terminal, request_stop
 
 LAUNCHERS = ("local", "ray", "slurm")
 LAUNCHER_LOG = "launcher.log"  # per run folder: one line per attempt (where, when, how it ended)
@@ -560,13 +560,31 @@ def launch(
     if not todo:
         progress.update(0, 0, 0)
         return reused
-    if launcher == "ray":
-        assert isinstance(options, RayOptions)
-        ran = run_ray(todo, options, progress)
-    else:
-        assert isinstance(options, SlurmOptions)
-        ran = run_slurm(todo, options, Path(out_dir), progress)
+    with _through_a_closed_terminal():
+        if launcher == "ray":
+            assert isinstance(options, RayOptions)
+            ran = run_ray(todo, options, progress)
+        else:
+            assert isinstance(options, SlurmOptions)
+            ran = run_slurm(todo, options, Path(out_dir), progress)
     return reused + check_from_driver(ran, todo)
+
+
+@contextlib.contextmanager
+def _through_a_closed_terminal():
+    """SIGHUP while the driver waits (its terminal or ssh session closed): it goes on waiting, its output to
+    /dev/null, and writes the report at the end. By default SIGHUP would end it, and on Ray every run with it
+    (a Ray task dies with the driver that owns it)."""
+    import threading
+
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: detach_from_a_closed_terminal())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 SHARED_STORAGE = (

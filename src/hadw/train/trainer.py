@@ -34,7 +34,7 @@ from hadw.data import Problem, extract_answer, render_prompt
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.processes import STOP_SIGNALS, take_pending_stop
+from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
 from hadw.progress import Bar
 from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
 from hadw.rewards.base import FailureWatch
@@ -64,18 +64,6 @@ REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (k
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
-
-
-def _detach_from_a_closed_terminal() -> None:
-    """After SIGHUP every write to the closed terminal fails (EIO), from any print, warning or progress bar, and
-    one would end the run before its checkpoint: what still goes to a terminal goes to /dev/null instead (as nohup
-    would have done). A file or pipe (a log) is kept."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for fd in (1, 2):
-        with contextlib.suppress(OSError):
-            if os.isatty(fd):
-                os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 class Interrupted(SignalStop):
@@ -852,7 +840,7 @@ class Trainer:
                 raise KeyboardInterrupt
             self._stop_signal = signum
             if signum == signal.SIGHUP:
-                _detach_from_a_closed_terminal()
+                detach_from_a_closed_terminal()
             with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
                 print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
 
