@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 from hadw.cli import build_app
 from hadw.experiments import launchers as L
+from hadw.train.checkpoint import latest_checkpoint
 from tests.conftest import TINY_COMPARE_RECIPE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -377,6 +378,9 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
     assert "threads_per_run: 2" in ray.output and "5\tb\t2\t" in ray.output
     local = CliRunner().invoke(build_app(), [*base, "--jobs", "4", "--max-parallel", "2"])  # caps --jobs
     assert local.exit_code == 0 and "# local: 6 runs, 2 at a time" in local.output, local.output
+    # a short limit with a shorter lead is allowed (it was refused against the default lead of 90 s)
+    short = CliRunner().invoke(build_app(), [*base, "--launcher", "slurm", "--time-min", "1", "--signal-lead-s", "50"])
+    assert short.exit_code == 0 and "#SBATCH --signal=USR2@50" in short.output, short.output
     assert not out.exists(), "a dry run writes nothing"
 
 
@@ -636,3 +640,66 @@ def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, loc
     )
     assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 0 reused, 0 failed" in again.stderr, again.stderr
     assert run_metrics(out / "grpo" / "seed0") == run_metrics(local_sweep / "grpo" / "seed0")
+
+
+def squeue_empty(array: str, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
+        assert time.time() < deadline, f"array {array} still in squeue after {timeout} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, local_sweep):
+    """(1) `scancel` of a running task, then kill -9 of the driver: the array goes on without it; the same command
+    once the array has ended resumes the cancelled run and reuses the finished one, bit-identical to local.
+    (2) A real time limit (--time-min 1: Slurm itself sends USR2 --signal-lead-s before it) with --max-requeues 1:
+    the run is stopped with a checkpoint and requeued once, then failed in one line naming the requeue limit."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
+    command += ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
+    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
+        subprocess.run(["scancel", f"{array}_0"], check=True)
+        cli.kill()  # the driver (a lost login node): the array does not need it
+        cli.wait()
+        squeue_empty(array)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert (out / "grpo" / "seed1" / "final_model").is_dir(), "the array did not go on without its driver"
+    assert not (out / "grpo" / "seed0" / "final_model").exists()
+    assert "stopped by a signal" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()  # a checkpoint, not killed
+    again = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 1 reused, 0 failed" in again.stderr, again.stderr
+    for seed in (0, 1):
+        assert run_metrics(out / "grpo" / f"seed{seed}") == run_metrics(local_sweep / "grpo" / f"seed{seed}")
+
+    # (2) Slurm's own time-limit signal; a run far longer than the limit allows.
+    out = tmp_path / "limit"
+    long = [x for o in [*TINY, "train.steps=100000", "checkpoint.every=20"] for x in ("--set", o)]
+    limited = subprocess.run(
+        [
+            *(sys.executable, "-m", "hadw.cli", "compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5"),
+            *("--time-min", "1", "--signal-lead-s", "50", "--max-requeues", "1", "--arm", "grpo:", "--seeds", "0"),
+            *long,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert limited.returncode == 1, limited.stderr
+    failed = [line for line in limited.stderr.splitlines() if line.startswith("run grpo seed 0 failed:")]
+    assert len(failed) == 1 and "timed-out too many times" in failed[0], limited.stderr
+    assert "stopped by its time limit more than --max-requeues times" in failed[0], failed[0]
+    assert "re-run the same command to resume" in failed[0] and "Traceback" not in limited.stderr
+    log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text().splitlines()
+    assert [x.split(": ", 1)[1].split(" (")[0] for x in log if ": start (" in x] == ["start", "start"], log
+    assert "preempted (SIGUSR2): requeued" in log[2] and "preempted (SIGUSR2): not requeued" in log[-1], log
+    assert latest_checkpoint(out / "grpo" / "seed0") is not None  # each stop saved its steps

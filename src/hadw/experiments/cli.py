@@ -197,6 +197,7 @@ def compare_cmd(
             account,
             sbatch,
             poll,
+            signal_lead_s,
         )
         _set_launch_extras(launch_options, max_parallel, signal_lead_s, threads)
     _scheduler_only(launcher, setup, max_requeues, ray_runtime_env)
@@ -269,6 +270,9 @@ def compare_cmd(
         result = cmp.aggregate(runs, baseline, metric, confidence, method)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
+    if not result.metrics and failed:  # every run failed (each named above): a failed sweep, not a bad --out
+        typer.echo(f"no finished run under {out} to report", err=True)
+        raise typer.Exit(1)
     if not result.metrics:
         raise typer.BadParameter(f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'")
     primary_key: str | None = primary_metric_key(primary, metric)
@@ -394,7 +398,7 @@ def _print_dry_run(specs, launcher: str, options, out: Path, workers: int) -> No
     typer.echo(L.dry_run(specs, launcher, options, out), nl=False)
 
 
-def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min, account, sbatch, poll):
+def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min, account, sbatch, poll, lead_s):
     """RayOptions / SlurmOptions from the flags, checked before anything is written: one line, exit 2."""
     from hadw.experiments import launchers as L
 
@@ -410,7 +414,10 @@ def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min
         raise typer.BadParameter(
             f"slurm takes whole CPUs and GPUs per run; got {cpus}, {gpus}", param_hint="'--launcher'"
         )
-    return L.SlurmOptions(partition, time_min, int(cpus), int(gpus), account, tuple(sbatch), poll_s=poll)
+    # (the signal lead here, not later: the time limit is checked against it as the options are made)
+    return L.SlurmOptions(
+        partition, time_min, int(cpus), int(gpus), account, tuple(sbatch), signal_lead_s=lead_s, poll_s=poll
+    )
 
 
 def _check_configs(specs) -> None:

@@ -182,8 +182,15 @@ class SlurmRun:
         signal.signal(signal.SIGTERM, lambda sig, frame: request_stop(sig))
         result = run_on_node(self.spec, self.cwd, f"slurm job {env.job_id}, log {env.paths.stderr}", self.threads)
         if preempted and callable(submitit_handler) and not is_finished(self.spec.run_dir):
-            _log_attempt(self.spec.run_dir, f"preempted ({signal.Signals(signum).name}): requeued")
-            submitit_handler(signum, None)  # checkpoint() + scontrol requeue + exit; never returns
+            name = signal.Signals(signum).name
+            try:
+                submitit_handler(signum, None)  # checkpoint() + scontrol requeue + exit; or raises: no more requeues
+            except SystemExit:  # requeued: this attempt ends here
+                _log_attempt(self.spec.run_dir, f"preempted ({name}): requeued")
+                raise
+            except submitit.core.utils.UncompletedJobError as err:  # --max-requeues used up: the result says so
+                _log_attempt(self.spec.run_dir, f"preempted ({name}): not requeued: {err}")
+                raise
         return result
 
     def checkpoint(self, *args, **kwargs):
@@ -536,7 +543,14 @@ def _slurm_result(job, spec: RunSpec) -> dict:
     try:
         return job.result()
     except Exception as err:  # the job raised, or submitit gave up requeuing it
-        return _failed(spec, f"slurm job {job.job_id}: {' '.join(str(err).split())[:2000]}; log: {job.paths.stderr}")
+        text = " ".join(str(err).split())
+        if "timed-out too many times" in text:  # submitit's words when --max-requeues is used up
+            text = (
+                "stopped by its time limit more than --max-requeues times (submitit: timed-out too many times); "
+                "allow more requeues or a longer --time-min, and re-run the same command to resume it from its "
+                "last checkpoint"
+            )
+        return _failed(spec, f"slurm job {job.job_id}: {text[:2000]}; log: {job.paths.stderr}")
 
 
 # ---------------------------------------------------------------------------------------------------
