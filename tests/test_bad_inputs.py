@@ -411,6 +411,16 @@ def _write(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def _parquet(path: Path, columns: dict[str, list], rename: bool = False) -> None:
+    """A parquet file of these columns; rename: strip the names, so "answer " becomes a second "answer" (pyarrow
+    writes a table with a column name twice)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(columns)
+    pq.write_table(table.rename_columns([n.strip() for n in table.column_names]) if rename else table, path)
+
+
 def _model_variant(src: Path, dst: Path, edit) -> Path:
     import shutil
 
@@ -474,6 +484,19 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
     m["data.csv"] = _write(d / "data.csv", "problem,answer\n1+1,2\n")
+    # issue 35: NaN / Infinity answers (JSON literals, a parquet float column), keys given twice, empty answers
+    m["nan_answer.jsonl"] = _write(d / "nan_answer.jsonl", '{"problem": "1+1", "answer": NaN}\n' * 4)
+    m["inf_answer.jsonl"] = _write(d / "inf_answer.jsonl", '{"q": "1+1", "a": [-Infinity]}\n' * 4)
+    m["dup_key.jsonl"] = _write(d / "dup_key.jsonl", '{"problem": "1+1", "answer": "2", "answer": "3"}\n' * 4)
+    m["empty_answers.jsonl"] = _write(
+        d / "empty_answers.jsonl",
+        "".join(json.dumps({"problem": f"{i}+1", "answer": " " * i}) + "\n" for i in range(8)),
+    )
+    some_empty = [json.dumps({"problem": f"{i}+1", "answer": "" if i == 2 else str(i + 1)}) + "\n" for i in range(8)]
+    m["some_empty_answers.jsonl"] = _write(d / "some_empty_answers.jsonl", "".join(some_empty))
+    _parquet(d / "nan_answer.parquet", {"problem": ["1+1", "2+2", "3+3"], "answer": [2.0, float("nan"), 6.0]})
+    _parquet(d / "dup_column.parquet", {"problem": ["1+1"], "answer": ["2"], "answer ": ["3"]}, rename=True)
+    m["nan_answer.parquet"], m["dup_column.parquet"] = d / "nan_answer.parquet", d / "dup_column.parquet"
     m["array.json"] = _write(d / "array.json", json.dumps([row, row]) + "\n")
     m["binary.jsonl"] = _write(d / "binary.jsonl", bytes(range(256)) * 4)
     m["bad_hf_dir"] = d / "bad_hf_dir"
@@ -829,6 +852,57 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("data_bad_hf_dir", T("data.source={bad_hf_dir}"), ["bad_hf_dir"], "one-line"),
     ("data_fifo_parquet", T("data.source={fifo.parquet}"), ["fifo.parquet", "not a regular file"], "one-line"),
     ("data_dev_null", T("data.source=/dev/null"), ["/dev/null"], "one-line"),
+    # issue 35: a non-finite answer became the gold answer "nan" / "inf"; a key given twice kept its last value;
+    # answers empty on every row were accepted
+    (
+        "data_nan_answer",
+        T("data.source={nan_answer.jsonl}"),
+        ["nan_answer.jsonl:1", "answer nan in field 'answer'", "finite"],
+        "one-line",
+    ),
+    (
+        "data_infinity_answer_user_fields",
+        T("data.source={inf_answer.jsonl}", "data.fields.prompt=q", "data.fields.answer=a"),
+        ["inf_answer.jsonl:1", "answer -inf in field 'a'", "finite"],
+        "one-line",
+    ),
+    (
+        "data_nan_answer_parquet",
+        T("data.source={nan_answer.parquet}"),
+        ["nan_answer.parquet: row 1 (0-based)", "answer nan in field 'answer'"],
+        "one-line",
+    ),
+    (
+        "eval_nan_answer",
+        ["eval", "{model}", "-d", "{nan_answer.jsonl}"],
+        ["nan_answer.jsonl:1", "answer nan in field 'answer'"],
+        "one-line",
+    ),
+    ("data_duplicate_key", T("data.source={dup_key.jsonl}"), ["dup_key.jsonl:1", "duplicate key 'answer'"], "one-line"),
+    (
+        "data_duplicate_parquet_column",
+        T("data.source={dup_column.parquet}"),
+        ["dup_column.parquet", "duplicate column 'answer'"],
+        "one-line",
+    ),
+    (
+        "data_all_answers_empty",
+        T("data.source={empty_answers.jsonl}"),
+        ["empty_answers.jsonl:1", "field 'answer' is empty on every row (8)"],
+        "one-line",
+    ),
+    (
+        "eval_all_answers_empty",
+        ["eval", "{model}", "-d", "{empty_answers.jsonl}"],
+        ["empty_answers.jsonl:1", "empty on every row"],
+        "one-line",
+    ),
+    (
+        "data_some_answers_empty_warns",
+        T("data.source={some_empty_answers.jsonl}"),
+        ["warning:", "1 of 8 rows have an empty answer in field 'answer'", "some_empty_answers.jsonl:3"],
+        "accepted",
+    ),
     ("eval_source_fifo", T("data.eval_source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     # --- model folders
     ("model_empty_weights", T("model.path={m_empty_weights}"), ["model.path=", "m_empty_weights"], "one-line"),
