@@ -304,6 +304,16 @@ def test_a_bom_is_accepted_in_yaml_and_jsonl(files, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_an_option_value_with_a_newline_is_kept_exactly(files, tmp_path):
+    """Issue 35: a control character in a command-line value is never changed silently. Typer keeps an option's
+    value as given (a `key=value` override, parsed as YAML, is refused instead: the matrix's override_newline)."""
+    out = tmp_path / "a\nb.json"
+    result = _run(["eval", str(files["model"]), "-d", "task:sums", "--limit", "2", "--json", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert out.is_file() and json.loads(out.read_text())["model"] == str(files["model"])
+    assert [p.name for p in tmp_path.iterdir()] == ["a\nb.json"]
+
+
 def test_the_table_has_at_least_sixty_cases():
     assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 12 >= 60
 
@@ -821,6 +831,31 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("group_size_float", ["train", "rollout.group_size=1e10"], ["rollout.group_size"], "one-line"),
     ("eval_source_unknown_task", ["train", "data.eval_source=task:nope"], ["data.eval_source"], "one-line"),
     ("output_dir_in_proc", T("train.output_dir=/proc/hadw_run"), ["/proc/hadw_run"], "one-line"),
+    # issue 35: YAML folded a newline in an override into a space (and strips or rejects a tab)
+    (
+        "override_newline",
+        ["train", "train.output_dir=a\nb", "--show-config"],
+        ["override 'train.output_dir=a\\nb'", "control character '\\n' at column 19", "allowed: printable"],
+        "one-line",
+    ),
+    (
+        "override_tab",
+        ["train", "data.template=Q: {question}\tA:", "--show-config"],
+        ["data.template", "control character '\\t'"],
+        "one-line",
+    ),
+    (
+        "compare_set_newline",
+        ["compare", "-a", "g:", "--seeds", "0", "-s", "train.output_dir=x\ry", "-o", "{dir}/c10"],
+        ["train.output_dir=x\\ry", "control character"],
+        "one-line",
+    ),
+    (
+        "override_escaped_newline_kept",
+        ["train", 'data.template="Q: {question}\\nA:"', "--show-config"],
+        ['template: "Q: {question}\\nA:"'],
+        "accepted",
+    ),
     (
         "interpolate_missing_key",
         ["train", "--interpolate", "train.output_dir=${nope.key}", "--show-config"],
