@@ -504,6 +504,9 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     )
     some_empty = [json.dumps({"problem": f"{i}+1", "answer": "" if i == 2 else str(i + 1)}) + "\n" for i in range(8)]
     m["some_empty_answers.jsonl"] = _write(d / "some_empty_answers.jsonl", "".join(some_empty))
+    # issue 35: one 20 MB prompt row took eval 150 s and 10.4 GB; 3 MB is far over the tiny model's 512 tokens
+    long_rows = [{"problem": "1+1", "answer": "2"}, {"problem": "7" * (3 << 20), "answer": "7"}]
+    m["long_prompt.jsonl"] = _write(d / "long_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in long_rows))
     _parquet(d / "nan_answer.parquet", {"problem": ["1+1", "2+2", "3+3"], "answer": [2.0, float("nan"), 6.0]})
     _parquet(d / "dup_column.parquet", {"problem": ["1+1"], "answer": ["2"], "answer ": ["3"]}, rename=True)
     m["nan_answer.parquet"], m["dup_column.parquet"] = d / "nan_answer.parquet", d / "dup_column.parquet"
@@ -1082,7 +1085,19 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         ["--reward", "nope"],
         "one-line",
     ),
+    (
+        "eval_prompt_longer_than_the_context",
+        ["eval", "{model}", "-d", "{long_prompt.jsonl}", "--max-new-tokens", "2"],
+        ["long_prompt.jsonl:2", "the prompt is 3145", "characters", "allowed: at most 512 tokens"],
+        "one-line",
+    ),
     # --- probe
+    (
+        "probe_prompt_longer_than_the_context",
+        ["probe", "{model}", "-d", "{long_prompt.jsonl}", "--max-new-tokens", "2", "-N", "2", "--png", "{dir}/l.png"],
+        ["long_prompt.jsonl:2", "characters", "allowed: at most 512 tokens"],
+        "one-line",
+    ),
     ("probe_group_size_1", ["probe", "{model}", "-d", "task:sums", "-G", "1"], ["--group-size"], "one-line"),
     ("probe_edges_text", ["probe", "{model}", "-d", "task:sums", "--edges", "x"], ["--edges"], "one-line"),
     ("probe_edges_descending", ["probe", "{model}", "-d", "task:sums", "--edges", "1,0"], ["--edges"], "one-line"),

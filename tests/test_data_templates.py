@@ -57,3 +57,31 @@ def test_tokenizer_without_chat_template_gives_plain_text():
 def test_unknown_template_lists_the_names():
     with pytest.raises(ValueError, match=r"unknown template 'chat'; allowed: paper, verl, boxed, plain, question"):
         render_prompt(PROBLEM, "chat")
+
+
+class _CountingTokenizer:
+    """Counts the characters it is asked to tokenize (one token per character)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, text: str, add_special_tokens: bool = False):
+        self.seen += len(text)
+        return type("Encoding", (), {"input_ids": list(range(len(text)))})()
+
+
+def test_prompt_too_long_never_tokenizes_a_huge_prompt():
+    """Issue 35: one 20 MB prompt took 150 s and 10 GB to tokenize; a text far over the limit is judged by its
+    length, a short one needs no tokenizer, only the rest is tokenized."""
+    from hadw.data.templates import MAX_CHARS_PER_TOKEN, prompt_token_limit, prompt_too_long
+
+    tok = _CountingTokenizer()
+    assert prompt_too_long("x" * 3_000_000, tok, 512) == (
+        f"3000000 characters (over {MAX_CHARS_PER_TOKEN} per allowed token; not tokenized)"
+    )
+    assert prompt_too_long("x" * 512, tok, 512) is None and tok.seen == 0
+    assert prompt_too_long("é" * 300, tok, 512) is None and tok.seen == 300  # 600 bytes: may be 600 tokens
+    assert prompt_too_long("x" * 600, tok, 512) == "600 tokens"
+    config = type("Config", (), {"max_position_embeddings": 512})()
+    assert prompt_token_limit(config, 16) == 496 and prompt_token_limit(config, 2048) == 1
+    assert prompt_token_limit(None, 0) == 1 << 30  # no known context: not limited

@@ -67,3 +67,30 @@ def render_prompt(
         raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
     messages = [{"role": "user", "content": text}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# A token covers at most this many characters in practice: a text this many times longer than the allowed tokens is
+# too long without tokenizing it (tokenizing a 20 MB row took minutes and gigabytes: issue 35).
+MAX_CHARS_PER_TOKEN = 64
+
+
+def prompt_token_limit(model_config: Any, max_new_tokens: int) -> int:
+    """The most prompt tokens a model takes with room left for max_new_tokens: its context (max_position_embeddings)
+    minus max_new_tokens, at least 1; a config without a context is not limited (1 << 30)."""
+    context = getattr(model_config, "max_position_embeddings", None) or 1 << 30
+    return max(context - max_new_tokens, 1)
+
+
+def prompt_too_long(text: str, tokenizer: Any, limit: int) -> str | None:
+    """None when `text` fits in `limit` tokens, else its length in words ("3145728 characters", "700 tokens").
+
+    The one home of the rule `hadw train` (skips the row), `hadw eval` and `hadw probe` (refuse it) apply. A token
+    holds at least one UTF-8 byte, so a text of at most `limit` bytes fits untokenized; a text over
+    MAX_CHARS_PER_TOKEN characters per allowed token is too long untokenized; only the rest is tokenized.
+    """
+    if len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit:
+        return None
+    if len(text) > MAX_CHARS_PER_TOKEN * limit:
+        return f"{len(text)} characters (over {MAX_CHARS_PER_TOKEN} per allowed token; not tokenized)"
+    tokens = len(tokenizer(text, add_special_tokens=False).input_ids)
+    return f"{tokens} tokens" if tokens > limit else None
