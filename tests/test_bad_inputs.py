@@ -552,6 +552,14 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
 
     m["m_remote"] = _model_variant(tiny, d / "m_remote", remote_code)
     m["m_no_tokenizer"] = _model_variant(tiny, d / "m_no_tokenizer", _no_tokenizer)
+    # issue 35: a chat template that never finishes (10^10 loop turns), and one that raises (a range over the sandbox's)
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    m["m_loop_template"] = _model_variant(
+        tiny, d / "m_loop_template", lambda p: (p / "chat_template.jinja").write_text(loops)
+    )
+    m["m_raise_template"] = _model_variant(
+        tiny, d / "m_raise_template", lambda p: (p / "chat_template.jinja").write_text("{{ range(10**6) }}")
+    )
     m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
     # a finished 1-step run with a checkpoint, copied and damaged once per case
     base_run = d / "base_run"
@@ -949,6 +957,24 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("model_config_array", T("model.path={m_array}"), ["model.path=", "m_array"], "one-line"),
     ("model_remote_code_untrusted", T("model.path={m_remote}"), ["model.path=", "m_remote"], "one-line"),
     ("eval_model_pickle", ["eval", "{m_pickle}", "-d", "task:sums"], ["m_pickle"], "one-line"),
+    (
+        "chat_template_never_finishes",
+        T("model.path={m_loop_template}", "data.chat_template=always"),
+        ["m_loop_template: the model's chat template did not finish rendering one prompt in", "chat_template=never"],
+        "one-line",
+    ),
+    (
+        "eval_chat_template_never_finishes",
+        ["eval", "{m_loop_template}", "-d", "task:sums", "--chat-template", "always", "--limit", "2"],
+        ["m_loop_template: the model's chat template did not finish", "--chat-template never"],
+        "one-line",
+    ),
+    (
+        "chat_template_raises",
+        T("model.path={m_raise_template}", "data.chat_template=always"),
+        ["m_raise_template: the model's chat template failed: OverflowError"],
+        "one-line",
+    ),
     ("eval_model_no_tokenizer", ["eval", "{m_no_tokenizer}", "-d", "task:sums"], ["tokenizer"], "one-line"),
     ("eval_model_vocab", ["eval", "{m_vocab}", "-d", "task:sums"], ["vocab_size"], "one-line"),
     # --- checkpoints
@@ -1234,6 +1260,7 @@ def test_the_matrix_is_large_enough():
 @pytest.mark.parametrize(("args", "needles", "expect"), [c[1:] for c in MATRIX], ids=[c[0] for c in MATRIX])
 def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needles, expect):
     monkeypatch.chdir(mx["matrix"])  # import-path rewards (matrix_rewards.py) resolve from here
+    monkeypatch.setattr("hadw.data.templates.CHAT_TEMPLATE_SECONDS", 1.0)  # a looping template costs 1 s, not 5
     result = _invoke_bounded(_expand(args, mx, tmp_path / "run"), Path(mx["matrix"]))
     outcome = classify(result, expect)
     record_outcome(request.node.callspec.id, outcome)

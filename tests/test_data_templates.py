@@ -85,3 +85,56 @@ def test_prompt_too_long_never_tokenizes_a_huge_prompt():
     config = type("Config", (), {"max_position_embeddings": 512})()
     assert prompt_token_limit(config, 16) == 496 and prompt_token_limit(config, 2048) == 1
     assert prompt_token_limit(None, 0) == 1 << 30  # no known context: not limited
+
+
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}"
+
+
+def test_a_chat_template_that_never_finishes_is_stopped_in_one_line(monkeypatch):
+    """Issue 35: nested loops in a model's chat template hung the first step (and SIGTERM only sets a flag there)."""
+    import time
+
+    from hadw.data import templates
+
+    monkeypatch.setattr(templates, "CHAT_TEMPLATE_SECONDS", 0.3)
+    tok = _tokenizer(LOOPS)
+    tok.name_or_path = "models/loops"
+    start = time.monotonic()
+    with pytest.raises(templates.ChatTemplateError, match=r"^models/loops: the model's chat template did not finish"):
+        render_prompt("47+38", "question", tok)
+    assert time.monotonic() - start < 3
+
+
+def test_a_chat_template_that_raises_is_one_line():
+    from hadw.data.templates import ChatTemplateError
+
+    tok = _tokenizer("{% for i in range(10**6) %}{% endfor %}")  # the sandbox refuses ranges over 100 000
+    with pytest.raises(ChatTemplateError, match=r"chat template failed: OverflowError: Range too big.*never"):
+        render_prompt("47+38", "question", tok)
+    with pytest.raises(ChatTemplateError, match=r"failed: TemplateError: no system role"):
+        render_prompt("47+38", "question", _tokenizer("{{ raise_exception('no system role') }}"))
+
+
+def test_the_time_limit_keeps_a_callers_alarm():
+    """The render's SIGALRM timer leaves one set by the caller (a test harness's hang limit, a user's own) as it was:
+    re-armed with its remaining time and handler when due later, in charge when due first."""
+    import signal
+
+    class Outer(BaseException):
+        pass
+
+    def outer(signum, frame):
+        raise Outer
+
+    previous = signal.signal(signal.SIGALRM, outer)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100)
+        assert render_prompt("1", "question", _tokenizer(CHAT)) == "<|user|>1\n<|assistant|>"
+        assert 99 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+        assert signal.getsignal(signal.SIGALRM) is outer
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # due before the render's own limit: the caller's alarm fires
+        with pytest.raises(Outer):
+            render_prompt("1", "question", _tokenizer(LOOPS))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
