@@ -350,6 +350,8 @@ class Trainer:
         limit = self.cfg.data.max_prompt_tokens or prompt_token_limit(
             self.model.config, self.cfg.rollout.max_new_tokens
         )
+        # never above the context: evaluate() refuses a longer held-out prompt, at the end of the run
+        limit = min(limit, prompt_token_limit(self.model.config, 0))
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
 
         def fits(problem: Problem) -> bool:
