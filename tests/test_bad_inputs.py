@@ -304,6 +304,16 @@ def test_a_bom_is_accepted_in_yaml_and_jsonl(files, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_an_option_value_with_a_newline_is_kept_exactly(files, tmp_path):
+    """Issue 35: a control character in a command-line value is never changed silently. Typer keeps an option's
+    value as given (a `key=value` override, parsed as YAML, is refused instead: the matrix's override_newline)."""
+    out = tmp_path / "a\nb.json"
+    result = _run(["eval", str(files["model"]), "-d", "task:sums", "--limit", "2", "--json", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert out.is_file() and json.loads(out.read_text())["model"] == str(files["model"])
+    assert [p.name for p in tmp_path.iterdir()] == ["a\nb.json"]
+
+
 def test_the_table_has_at_least_sixty_cases():
     assert len(CONFIG_CASES) + len(MODEL_CASES) + len(DATA_CASES) + 12 >= 60
 
@@ -411,6 +421,16 @@ def _write(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def _parquet(path: Path, columns: dict[str, list], rename: bool = False) -> None:
+    """A parquet file of these columns; rename: strip the names, so "answer " becomes a second "answer" (pyarrow
+    writes a table with a column name twice)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(columns)
+    pq.write_table(table.rename_columns([n.strip() for n in table.column_names]) if rename else table, path)
+
+
 def _model_variant(src: Path, dst: Path, edit) -> Path:
     import shutil
 
@@ -474,6 +494,22 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
     m["data.csv"] = _write(d / "data.csv", "problem,answer\n1+1,2\n")
+    # issue 35: NaN / Infinity answers (JSON literals, a parquet float column), keys given twice, empty answers
+    m["nan_answer.jsonl"] = _write(d / "nan_answer.jsonl", '{"problem": "1+1", "answer": NaN}\n' * 4)
+    m["inf_answer.jsonl"] = _write(d / "inf_answer.jsonl", '{"q": "1+1", "a": [-Infinity]}\n' * 4)
+    m["dup_key.jsonl"] = _write(d / "dup_key.jsonl", '{"problem": "1+1", "answer": "2", "answer": "3"}\n' * 4)
+    m["empty_answers.jsonl"] = _write(
+        d / "empty_answers.jsonl",
+        "".join(json.dumps({"problem": f"{i}+1", "answer": " " * i}) + "\n" for i in range(8)),
+    )
+    some_empty = [json.dumps({"problem": f"{i}+1", "answer": "" if i == 2 else str(i + 1)}) + "\n" for i in range(8)]
+    m["some_empty_answers.jsonl"] = _write(d / "some_empty_answers.jsonl", "".join(some_empty))
+    # issue 35: one 20 MB prompt row took eval 150 s and 10.4 GB; 3 MB is far over the tiny model's 512 tokens
+    long_rows = [{"problem": "1+1", "answer": "2"}, {"problem": "7" * (3 << 20), "answer": "7"}]
+    m["long_prompt.jsonl"] = _write(d / "long_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in long_rows))
+    _parquet(d / "nan_answer.parquet", {"problem": ["1+1", "2+2", "3+3"], "answer": [2.0, float("nan"), 6.0]})
+    _parquet(d / "dup_column.parquet", {"problem": ["1+1"], "answer": ["2"], "answer ": ["3"]}, rename=True)
+    m["nan_answer.parquet"], m["dup_column.parquet"] = d / "nan_answer.parquet", d / "dup_column.parquet"
     m["array.json"] = _write(d / "array.json", json.dumps([row, row]) + "\n")
     m["binary.jsonl"] = _write(d / "binary.jsonl", bytes(range(256)) * 4)
     m["bad_hf_dir"] = d / "bad_hf_dir"
@@ -516,6 +552,14 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
 
     m["m_remote"] = _model_variant(tiny, d / "m_remote", remote_code)
     m["m_no_tokenizer"] = _model_variant(tiny, d / "m_no_tokenizer", _no_tokenizer)
+    # issue 35: a chat template that never finishes (10^10 loop turns), and one that raises (a range over the sandbox's)
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    m["m_loop_template"] = _model_variant(
+        tiny, d / "m_loop_template", lambda p: (p / "chat_template.jinja").write_text(loops)
+    )
+    m["m_raise_template"] = _model_variant(
+        tiny, d / "m_raise_template", lambda p: (p / "chat_template.jinja").write_text("{{ range(10**6) }}")
+    )
     m["m_pickle"] = _model_variant(tiny, d / "m_pickle", _pickle_weights)
     # a finished 1-step run with a checkpoint, copied and damaged once per case
     base_run = d / "base_run"
@@ -798,6 +842,31 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("group_size_float", ["train", "rollout.group_size=1e10"], ["rollout.group_size"], "one-line"),
     ("eval_source_unknown_task", ["train", "data.eval_source=task:nope"], ["data.eval_source"], "one-line"),
     ("output_dir_in_proc", T("train.output_dir=/proc/hadw_run"), ["/proc/hadw_run"], "one-line"),
+    # issue 35: YAML folded a newline in an override into a space (and strips or rejects a tab)
+    (
+        "override_newline",
+        ["train", "train.output_dir=a\nb", "--show-config"],
+        ["override 'train.output_dir=a\\nb'", "control character '\\n' at column 19", "allowed: printable"],
+        "one-line",
+    ),
+    (
+        "override_tab",
+        ["train", "data.template=Q: {question}\tA:", "--show-config"],
+        ["data.template", "control character '\\t'"],
+        "one-line",
+    ),
+    (
+        "compare_set_newline",
+        ["compare", "-a", "g:", "--seeds", "0", "-s", "train.output_dir=x\ry", "-o", "{dir}/c10"],
+        ["train.output_dir=x\\ry", "control character"],
+        "one-line",
+    ),
+    (
+        "override_escaped_newline_kept",
+        ["train", 'data.template="Q: {question}\\nA:"', "--show-config"],
+        ['template: "Q: {question}\\nA:"'],
+        "accepted",
+    ),
     (
         "interpolate_missing_key",
         ["train", "--interpolate", "train.output_dir=${nope.key}", "--show-config"],
@@ -829,6 +898,57 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("data_bad_hf_dir", T("data.source={bad_hf_dir}"), ["bad_hf_dir"], "one-line"),
     ("data_fifo_parquet", T("data.source={fifo.parquet}"), ["fifo.parquet", "not a regular file"], "one-line"),
     ("data_dev_null", T("data.source=/dev/null"), ["/dev/null"], "one-line"),
+    # issue 35: a non-finite answer became the gold answer "nan" / "inf"; a key given twice kept its last value;
+    # answers empty on every row were accepted
+    (
+        "data_nan_answer",
+        T("data.source={nan_answer.jsonl}"),
+        ["nan_answer.jsonl:1", "answer nan in field 'answer'", "finite"],
+        "one-line",
+    ),
+    (
+        "data_infinity_answer_user_fields",
+        T("data.source={inf_answer.jsonl}", "data.fields.prompt=q", "data.fields.answer=a"),
+        ["inf_answer.jsonl:1", "answer -inf in field 'a'", "finite"],
+        "one-line",
+    ),
+    (
+        "data_nan_answer_parquet",
+        T("data.source={nan_answer.parquet}"),
+        ["nan_answer.parquet: row 1 (0-based)", "answer nan in field 'answer'"],
+        "one-line",
+    ),
+    (
+        "eval_nan_answer",
+        ["eval", "{model}", "-d", "{nan_answer.jsonl}"],
+        ["nan_answer.jsonl:1", "answer nan in field 'answer'"],
+        "one-line",
+    ),
+    ("data_duplicate_key", T("data.source={dup_key.jsonl}"), ["dup_key.jsonl:1", "duplicate key 'answer'"], "one-line"),
+    (
+        "data_duplicate_parquet_column",
+        T("data.source={dup_column.parquet}"),
+        ["dup_column.parquet", "duplicate column 'answer'"],
+        "one-line",
+    ),
+    (
+        "data_all_answers_empty",
+        T("data.source={empty_answers.jsonl}"),
+        ["empty_answers.jsonl:1", "field 'answer' is empty on every row (8)"],
+        "one-line",
+    ),
+    (
+        "eval_all_answers_empty",
+        ["eval", "{model}", "-d", "{empty_answers.jsonl}"],
+        ["empty_answers.jsonl:1", "empty on every row"],
+        "one-line",
+    ),
+    (
+        "data_some_answers_empty_warns",
+        T("data.source={some_empty_answers.jsonl}"),
+        ["warning:", "1 of 8 rows have an empty answer in field 'answer'", "some_empty_answers.jsonl:3"],
+        "accepted",
+    ),
     ("eval_source_fifo", T("data.eval_source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     # --- model folders
     ("model_empty_weights", T("model.path={m_empty_weights}"), ["model.path=", "m_empty_weights"], "one-line"),
@@ -837,6 +957,24 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("model_config_array", T("model.path={m_array}"), ["model.path=", "m_array"], "one-line"),
     ("model_remote_code_untrusted", T("model.path={m_remote}"), ["model.path=", "m_remote"], "one-line"),
     ("eval_model_pickle", ["eval", "{m_pickle}", "-d", "task:sums"], ["m_pickle"], "one-line"),
+    (
+        "chat_template_never_finishes",
+        T("model.path={m_loop_template}", "data.chat_template=always"),
+        ["m_loop_template: the model's chat template did not finish rendering one prompt in", "chat_template=never"],
+        "one-line",
+    ),
+    (
+        "eval_chat_template_never_finishes",
+        ["eval", "{m_loop_template}", "-d", "task:sums", "--chat-template", "always", "--limit", "2"],
+        ["m_loop_template: the model's chat template did not finish", "--chat-template never"],
+        "one-line",
+    ),
+    (
+        "chat_template_raises",
+        T("model.path={m_raise_template}", "data.chat_template=always"),
+        ["m_raise_template: the model's chat template failed: OverflowError"],
+        "one-line",
+    ),
     ("eval_model_no_tokenizer", ["eval", "{m_no_tokenizer}", "-d", "task:sums"], ["tokenizer"], "one-line"),
     ("eval_model_vocab", ["eval", "{m_vocab}", "-d", "task:sums"], ["vocab_size"], "one-line"),
     # --- checkpoints
@@ -973,7 +1111,19 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         ["--reward", "nope"],
         "one-line",
     ),
+    (
+        "eval_prompt_longer_than_the_context",
+        ["eval", "{model}", "-d", "{long_prompt.jsonl}", "--max-new-tokens", "2"],
+        ["long_prompt.jsonl:2", "the prompt is 3145", "characters", "allowed: at most 512 tokens"],
+        "one-line",
+    ),
     # --- probe
+    (
+        "probe_prompt_longer_than_the_context",
+        ["probe", "{model}", "-d", "{long_prompt.jsonl}", "--max-new-tokens", "2", "-N", "2", "--png", "{dir}/l.png"],
+        ["long_prompt.jsonl:2", "characters", "allowed: at most 512 tokens"],
+        "one-line",
+    ),
     ("probe_group_size_1", ["probe", "{model}", "-d", "task:sums", "-G", "1"], ["--group-size"], "one-line"),
     ("probe_edges_text", ["probe", "{model}", "-d", "task:sums", "--edges", "x"], ["--edges"], "one-line"),
     ("probe_edges_descending", ["probe", "{model}", "-d", "task:sums", "--edges", "1,0"], ["--edges"], "one-line"),
@@ -1110,6 +1260,7 @@ def test_the_matrix_is_large_enough():
 @pytest.mark.parametrize(("args", "needles", "expect"), [c[1:] for c in MATRIX], ids=[c[0] for c in MATRIX])
 def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needles, expect):
     monkeypatch.chdir(mx["matrix"])  # import-path rewards (matrix_rewards.py) resolve from here
+    monkeypatch.setattr("hadw.data.templates.CHAT_TEMPLATE_SECONDS", 1.0)  # a looping template costs 1 s, not 5
     result = _invoke_bounded(_expand(args, mx, tmp_path / "run"), Path(mx["matrix"]))
     outcome = classify(result, expect)
     record_outcome(request.node.callspec.id, outcome)

@@ -57,3 +57,84 @@ def test_tokenizer_without_chat_template_gives_plain_text():
 def test_unknown_template_lists_the_names():
     with pytest.raises(ValueError, match=r"unknown template 'chat'; allowed: paper, verl, boxed, plain, question"):
         render_prompt(PROBLEM, "chat")
+
+
+class _CountingTokenizer:
+    """Counts the characters it is asked to tokenize (one token per character)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, text: str, add_special_tokens: bool = False):
+        self.seen += len(text)
+        return type("Encoding", (), {"input_ids": list(range(len(text)))})()
+
+
+def test_prompt_too_long_never_tokenizes_a_huge_prompt():
+    """Issue 35: one 20 MB prompt took 150 s and 10 GB to tokenize; a text far over the limit is judged by its
+    length, a short one needs no tokenizer, only the rest is tokenized."""
+    from hadw.data.templates import MAX_CHARS_PER_TOKEN, prompt_token_limit, prompt_too_long
+
+    tok = _CountingTokenizer()
+    assert prompt_too_long("x" * 3_000_000, tok, 512) == (
+        f"3000000 characters (over {MAX_CHARS_PER_TOKEN} per allowed token; not tokenized)"
+    )
+    assert prompt_too_long("x" * 512, tok, 512) is None and tok.seen == 0
+    assert prompt_too_long("é" * 300, tok, 512) is None and tok.seen == 300  # 600 bytes: may be 600 tokens
+    assert prompt_too_long("x" * 600, tok, 512) == "600 tokens"
+    config = type("Config", (), {"max_position_embeddings": 512})()
+    assert prompt_token_limit(config, 16) == 496 and prompt_token_limit(config, 2048) == 1
+    assert prompt_token_limit(None, 0) == 1 << 30  # no known context: not limited
+
+
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}"
+
+
+def test_a_chat_template_that_never_finishes_is_stopped_in_one_line(monkeypatch):
+    """Issue 35: nested loops in a model's chat template hung the first step (and SIGTERM only sets a flag there)."""
+    import time
+
+    from hadw.data import templates
+
+    monkeypatch.setattr(templates, "CHAT_TEMPLATE_SECONDS", 0.3)
+    tok = _tokenizer(LOOPS)
+    tok.name_or_path = "models/loops"
+    start = time.monotonic()
+    with pytest.raises(templates.ChatTemplateError, match=r"^models/loops: the model's chat template did not finish"):
+        render_prompt("47+38", "question", tok)
+    assert time.monotonic() - start < 3
+
+
+def test_a_chat_template_that_raises_is_one_line():
+    from hadw.data.templates import ChatTemplateError
+
+    tok = _tokenizer("{% for i in range(10**6) %}{% endfor %}")  # the sandbox refuses ranges over 100 000
+    with pytest.raises(ChatTemplateError, match=r"chat template failed: OverflowError: Range too big.*never"):
+        render_prompt("47+38", "question", tok)
+    with pytest.raises(ChatTemplateError, match=r"failed: TemplateError: no system role"):
+        render_prompt("47+38", "question", _tokenizer("{{ raise_exception('no system role') }}"))
+
+
+def test_the_time_limit_keeps_a_callers_alarm():
+    """The render's SIGALRM timer leaves one set by the caller (a test harness's hang limit, a user's own) as it was:
+    re-armed with its remaining time and handler when due later, in charge when due first."""
+    import signal
+
+    class Outer(BaseException):
+        pass
+
+    def outer(signum, frame):
+        raise Outer
+
+    previous = signal.signal(signal.SIGALRM, outer)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100)
+        assert render_prompt("1", "question", _tokenizer(CHAT)) == "<|user|>1\n<|assistant|>"
+        assert 99 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+        assert signal.getsignal(signal.SIGALRM) is outer
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # due before the render's own limit: the caller's alarm fires
+        with pytest.raises(Outer):
+            render_prompt("1", "question", _tokenizer(LOOPS))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

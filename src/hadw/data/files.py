@@ -12,7 +12,15 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from hadw.data.layouts import FieldError, FieldMap, Layout, detect_layout, get_layout, row_to_problem
+from hadw.data.layouts import (
+    FieldError,
+    FieldMap,
+    Layout,
+    check_answers,
+    detect_layout,
+    get_layout,
+    row_to_problem,
+)
 from hadw.data.problem import DatasetError, Problem
 
 # Benchmark name -> file path under a data folder (the layout of the Qwen2.5-Math evaluation harness).
@@ -29,6 +37,24 @@ BENCHMARKS: dict[str, str] = {
 BENCHMARK_LAYOUTS: dict[str, str] = {name: name for name in BENCHMARKS} | {"math_train": "verl"}
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice: json.loads would silently keep the last value."""
+    row = dict(pairs)
+    if len(row) != len(pairs):  # rare: find which key came twice
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return row
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -42,9 +68,14 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line.rstrip("\r\n"))
+                row = json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
+            except _DuplicateKey as e:
+                raise DatasetError(
+                    f"{where}: duplicate key {e.key!r}; allowed: each key once per object (JSON would silently "
+                    "keep the last value)"
+                ) from None
             except RecursionError:
                 raise DatasetError(f"{where}: nested too deeply to be a data row") from None
             if not isinstance(row, dict):
@@ -61,11 +92,28 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     except (pa.ArrowException, OSError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{path}: not a parquet file ({first})") from None
+    _check_unique_columns(path, parquet.schema_arrow)
     index = 0
     for batch in parquet.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
             yield f"{path}: row {index} (0-based)", row
             index += 1
+
+
+def _check_unique_columns(path: Path, schema: Any, prefix: str = "") -> None:
+    """DatasetError for a column (or struct field) name given twice: a row dict would keep only the last one."""
+    import pyarrow as pa
+
+    seen: set[str] = set()
+    for field in schema:
+        if field.name in seen:
+            raise DatasetError(
+                f"{path}: duplicate column {prefix + field.name!r}; allowed: each column name once (a row would "
+                "silently keep the last one)"
+            )
+        seen.add(field.name)
+        if pa.types.is_struct(field.type):
+            _check_unique_columns(path, field.type, f"{prefix}{field.name}.")
 
 
 def _hf_rows(path: Path, split: str | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -149,9 +197,11 @@ def load_dataset_file(
             fields, default_source = _resolve_layout(path, layout, row)
             source = source or default_source
         try:
-            problems.append(row_to_problem(row, fields, source, index))
+            problems.append(row_to_problem(row, fields, source, index, where))
         except FieldError as e:
             raise DatasetError(f"{where}: {e}") from None
+    if fields is not None:
+        check_answers(problems, fields, str(path))
     return problems
 
 

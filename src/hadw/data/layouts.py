@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,21 +212,55 @@ def get_field(row: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def row_to_problem(row: Mapping[str, Any], fields: FieldMap, source: str, index: int) -> Problem:
-    """One Problem from one row; `index` (0-based position in the file) makes the fallback uid."""
+def _finite(value: Any, path: str, what: str, allowed: str) -> Any:
+    """value, unless it is (or is a one-item list of) NaN or +-inf: JSON's NaN / Infinity literals and parquet
+    float columns hold them, and str() would turn them into the text "nan" / "inf" (a gold answer no model
+    gives, or a level of its own) without a word."""
+    item = value[0] if isinstance(value, list | tuple) and len(value) == 1 else value
+    if isinstance(item, float) and not math.isfinite(item):
+        raise FieldError(f"{what} {item} in field {path!r} is not a finite number; allowed: {allowed}")
+    return value
+
+
+def row_to_problem(
+    row: Mapping[str, Any], fields: FieldMap, source: str, index: int, where: str | None = None
+) -> Problem:
+    """One Problem from one row; `index` (0-based position in the file) makes the fallback uid; `where` (the
+    row's file and line) is kept on the Problem for errors found later."""
     question = fields.question_fn(get_field(row, fields.question))
     if not isinstance(question, str) or not question.strip():
         raise FieldError(f"the prompt field {fields.question!r} is empty; every row needs a question")
-    answer = fields.answer_fn(get_field(row, fields.answer))
+    raw_answer = _finite(get_field(row, fields.answer), fields.answer, "answer", "a string or a finite number")
+    answer = fields.answer_fn(raw_answer)
     raw_level = get_field(row, fields.level) if fields.level else None
-    if isinstance(raw_level, float) and not math.isfinite(raw_level):
-        raise FieldError(f"level {raw_level} in field {fields.level!r} is not a number; allowed: an integer or a name")
+    if fields.level:
+        _finite(raw_level, fields.level, "level", "an integer or a name")
     level = fields.level_fn(raw_level) if fields.level else None
     uid = index  # the uid field is optional: fall back to the row's position in the file
     if fields.uid:
         with contextlib.suppress(FieldError):
             uid = get_field(row, fields.uid)
-    return Problem(question, answer, level, source, f"{source}:{uid}", row=dict(row))
+    return Problem(question, answer, level, source, f"{source}:{uid}", row=dict(row), where=where)
+
+
+def check_answers(problems: Sequence[Problem], fields: FieldMap, name: str) -> None:
+    """Rows with an empty gold answer ("" or whitespace) can never be scored correct. All of them empty: a wrong
+    answer field (or a broken file), refused. Some: counted in one warning line on stderr, kept (two math_train
+    rows have an empty ground_truth; dropping them would change the benchmark's row count)."""
+    empty = [p for p in problems if not p.answer.strip()]
+    if not empty:
+        return
+    first = empty[0].where or name
+    if len(empty) == len(problems):
+        raise DatasetError(
+            f"{first}: the answer field {fields.answer!r} is empty on every row ({len(problems)}); allowed: a "
+            "non-empty gold answer (name the right field: data.fields.answer / --answer-field)"
+        )
+    print(
+        f"warning: {name}: {len(empty)} of {len(problems)} rows have an empty answer in field {fields.answer!r} "
+        f"(first: {first}); no completion can match them, they score 0",
+        file=sys.stderr,
+    )
 
 
 def user_fields(prompt: str, answer: str, level: str | None = None, uid: str | None = None) -> FieldMap:

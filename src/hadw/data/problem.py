@@ -20,6 +20,8 @@ class Problem:
     uid:      stable id, unique within a run: "math500:test/precalculus/807.json", "addition:L2:0:17".
     row:      the raw dataset row it was read from (None for built-in tasks); reward functions with TRL's
               signature receive its columns as keyword arguments. Not part of equality.
+    where:    where that row is ("data.jsonl:3", "x.parquet: row 2 (0-based)"), for errors found after loading
+              (a prompt too long for the model); None for built-in tasks. Not part of equality.
     """
 
     question: str
@@ -28,6 +30,7 @@ class Problem:
     source: str
     uid: str
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    where: str | None = field(default=None, compare=False, repr=False)
 
 
 class DatasetError(UserError, ValueError):

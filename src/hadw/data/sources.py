@@ -30,7 +30,15 @@ from typing import Any
 
 from hadw.data.files import BENCHMARK_LAYOUTS, BENCHMARKS, load_dataset_file
 from hadw.data.hub import HUB_BENCHMARKS, hub_rows, parse_hub_spec
-from hadw.data.layouts import FieldError, FieldMap, detect_layout, get_layout, row_to_problem, user_fields
+from hadw.data.layouts import (
+    FieldError,
+    FieldMap,
+    check_answers,
+    detect_layout,
+    get_layout,
+    row_to_problem,
+    user_fields,
+)
 from hadw.data.problem import DatasetError, Problem
 from hadw.data.tasks import make_task
 
@@ -129,9 +137,11 @@ def problems_from_rows(
         if fieldmap is None:
             fieldmap = detect_layout(row).fields
         try:
-            problems.append(row_to_problem(row, fieldmap, source, index))
+            problems.append(row_to_problem(row, fieldmap, source, index, where))
         except FieldError as e:
             raise DatasetError(f"{where}: {e}") from None
+    if fieldmap is not None:
+        check_answers(problems, fieldmap, source)
     return problems
 
 

@@ -9,14 +9,35 @@
 
 With a tokenizer that has a chat template, the filled template becomes one user message and the
 tokenizer's chat template is applied with add_generation_prompt=True ("auto" skips this for "plain");
-otherwise the text is used as is.
+otherwise the text is used as is. A chat template is untrusted code of the model's folder: it renders in a
+sandbox (transformers) and here within CHAT_TEMPLATE_SECONDS; one that raises or runs longer is a one-line
+ChatTemplateError naming the model.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from hadw.data.problem import Problem
+from hadw.errors import UserError
+
+# A chat template renders one prompt in milliseconds; one still running after this long loops for ever (nested
+# `{% for %}` over range(10**5)): stopped, so the first step cannot hang where SIGTERM only sets a flag (issue 35).
+CHAT_TEMPLATE_SECONDS = 5.0
+
+
+class ChatTemplateError(UserError):
+    """A model's chat template that raises or does not finish rendering: one line naming the model, exit 2."""
+
+
+class _TimeUp(BaseException):
+    """Raised into the rendering by the timer; a BaseException, so no `except Exception` inside can swallow it."""
+
 
 TEMPLATES: dict[str, str] = {
     "paper": "{question}. Let's think step by step and output the final answer within \\boxed{{}}.",
@@ -65,5 +86,89 @@ def render_prompt(
         return text
     if not has_chat_template(tokenizer):
         raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
-    messages = [{"role": "user", "content": text}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return apply_chat_template(tokenizer, [{"role": "user", "content": text}])
+
+
+def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The tokenizer's chat template applied to `messages` (with the generation prompt), within
+    CHAT_TEMPLATE_SECONDS; a template that runs longer or raises is a ChatTemplateError naming the model."""
+    import jinja2
+
+    model = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    way_out = "fix chat_template in the model's tokenizer_config.json / chat_template.jinja, or pass --chat-template "
+    way_out += "never (data.chat_template=never) to use the prompt as it is"
+    try:
+        with _time_limit(CHAT_TEMPLATE_SECONDS):
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except _TimeUp:
+        raise ChatTemplateError(
+            f"{model}: the model's chat template did not finish rendering one prompt in {CHAT_TEMPLATE_SECONDS:g} s "
+            f"(a loop that never ends?); allowed: a template that renders in milliseconds; {way_out}"
+        ) from None
+    # What a template can raise: jinja's errors (the sandbox's SecurityError, raise_exception(...), an undefined
+    # name), the sandbox's OverflowError for range() over 100 000, a recursive macro, bad operands.
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as err:
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise ChatTemplateError(
+            f"{model}: the model's chat template failed: {type(err).__name__}: {first:.200}; {way_out}"
+        ) from None
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _TimeUp in the block after `seconds` of wall time (SIGALRM; main thread only, elsewhere unlimited).
+
+    An alarm already set (a caller's own time limit) is kept: when it is due first, it stays in charge and this
+    sets none; otherwise it is re-armed with its remaining time afterwards, its handler restored."""
+    main = threading.current_thread() is threading.main_thread()
+    if not (main and hasattr(signal, "setitimer")):
+        yield
+        return
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if 0 < outer_delay <= seconds:
+        yield
+        return
+
+    def time_up(signum: int, frame: Any) -> None:
+        raise _TimeUp
+
+    outer_handler = signal.signal(signal.SIGALRM, time_up)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:  # restored even when the alarm fired just as the block ended
+            signal.signal(signal.SIGALRM, outer_handler)
+            if outer_delay > 0:  # never 0: that would cancel the caller's alarm instead of firing it
+                left = max(outer_delay - (time.monotonic() - start), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+
+
+# A token covers at most this many characters in practice: a text this many times longer than the allowed tokens is
+# too long without tokenizing it (tokenizing a 20 MB row took minutes and gigabytes: issue 35).
+MAX_CHARS_PER_TOKEN = 64
+
+
+def prompt_token_limit(model_config: Any, max_new_tokens: int) -> int:
+    """The most prompt tokens a model takes with room left for max_new_tokens: its context (max_position_embeddings)
+    minus max_new_tokens, at least 1; a config without a context is not limited (1 << 30)."""
+    context = getattr(model_config, "max_position_embeddings", None) or 1 << 30
+    return max(context - max_new_tokens, 1)
+
+
+def prompt_too_long(text: str, tokenizer: Any, limit: int) -> str | None:
+    """None when `text` fits in `limit` tokens, else its length in words ("3145728 characters", "700 tokens").
+
+    The one home of the rule `hadw train` (skips the row), `hadw eval` and `hadw probe` (refuse it) apply. A token
+    holds at least one UTF-8 byte, so a text of at most `limit` bytes fits untokenized; a text over
+    MAX_CHARS_PER_TOKEN characters per allowed token is too long untokenized; only the rest is tokenized.
+    """
+    if len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit:
+        return None
+    if len(text) > MAX_CHARS_PER_TOKEN * limit:
+        return f"{len(text)} characters (over {MAX_CHARS_PER_TOKEN} per allowed token; not tokenized)"
+    tokens = len(tokenizer(text, add_special_tokens=False).input_ids)
+    return f"{tokens} tokens" if tokens > limit else None

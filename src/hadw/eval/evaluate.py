@@ -20,8 +20,9 @@ from math import comb
 import torch
 
 from hadw import metrics as M
-from hadw.data import Problem, render_prompt
+from hadw.data import DatasetError, Problem, render_prompt
 from hadw.data.answers import extract_answer
+from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.eval.data import EvalSource
 from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardSpec, score
@@ -105,6 +106,21 @@ def completion_stats(samples: Sequence[dict], seconds: float) -> dict[str, float
     }
 
 
+def _refuse_long_prompts(problems: Sequence[Problem], prompts: Sequence[str], tokenizer, model_config) -> None:
+    """DatasetError naming the first row whose prompt is longer than the model's whole context, found before any
+    prompt is tokenized for generation: one 20 MB row took 150 s and 10 GB (issue 35). Refused, not skipped as in
+    `hadw train` (a score over fewer rows than asked for would pass for the benchmark's), so the bar is the context
+    itself: a prompt that fits but leaves less than max_new_tokens is the model's to handle, as before."""
+    limit = prompt_token_limit(model_config, 0)
+    for problem, text in zip(problems, prompts, strict=True):
+        length = prompt_too_long(text, tokenizer, limit)
+        if length is not None:
+            raise DatasetError(
+                f"{problem.where or problem.uid}: the prompt is {length}; allowed: at most {limit} tokens (the "
+                "model's context, max_position_embeddings); shorten the row or leave it out"
+            )
+
+
 def evaluate(
     model,
     tokenizer,
@@ -128,6 +144,7 @@ def evaluate(
     """
     engine = engine or HFRolloutEngine(model, tokenizer)
     prompts = [render_prompt(p, template, tokenizer, use_chat_template) for p in problems]
+    _refuse_long_prompts(problems, prompts, tokenizer, getattr(model, "config", None))
     correct: list[list[float]] = []
     samples: list[dict] = []
     seconds, reward_errors = 0.0, 0

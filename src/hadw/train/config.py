@@ -123,7 +123,8 @@ class DataConfig:
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
     eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = no evaluation)
     # Longest prompt (in tokens) a file row may have; longer rows are skipped and counted, so one huge
-    # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens.
+    # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens;
+    # never above the context (evaluation refuses a longer prompt).
     max_prompt_tokens: int = 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ def _override(item: str, interpolate: bool):
     that is not YAML (`{question} Answer:`) is taken as a string, except an unclosed list."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. train.steps=50)")
+    _refuse_control_characters(item)
     key, value = item.split("=", 1)
     key = key.strip()
     if not _DOTTED_KEY.fullmatch(key):
@@ -127,6 +129,17 @@ def _override(item: str, interpolate: bool):
         raise ConfigError(f"override {item!r}: {problem}") from None
     _check_sections(OmegaConf.to_container(source, resolve=False), f"override {item!r}")
     return source
+
+
+def _refuse_control_characters(item: str) -> None:
+    """ConfigError for a newline, tab or other control character in a `key=value` override: YAML would fold a
+    newline into a space, strip or reject a tab, so the value would change without a word."""
+    for column, char in enumerate(item, start=1):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            raise ConfigError(
+                f"override {item!r}: a control character {char!r} at column {column}; allowed: printable text (write "
+                'a newline or tab as \\n or \\t inside double quotes, key="a\\nb", or set the value in a YAML file)'
+            )
 
 
 def _check_sections(data: Any, where: str, node: Any = Config, prefix: str = "") -> None:

@@ -31,6 +31,7 @@ from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages,
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, extract_answer, render_prompt
+from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
@@ -334,19 +335,16 @@ class Trainer:
         rollout.max_new_tokens), counting them; a huge row would otherwise blow up memory in generation."""
         if self.source.task is not None:
             return
-        limit = self.cfg.data.max_prompt_tokens
-        if limit == 0:
-            context = getattr(self.model.config, "max_position_embeddings", None) or 1 << 30
-            limit = max(context - self.cfg.rollout.max_new_tokens, 1)
+        limit = self.cfg.data.max_prompt_tokens or prompt_token_limit(
+            self.model.config, self.cfg.rollout.max_new_tokens
+        )
+        # never above the context: evaluate() refuses a longer held-out prompt, at the end of the run
+        limit = min(limit, prompt_token_limit(self.model.config, 0))
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
 
         def fits(problem: Problem) -> bool:
             text = render_prompt(problem, self.cfg.data.template, self.tokenizer, chat)
-            # A token covers at least one character in practice, so short texts need no tokenising, and
-            # a text 64x over the limit is skipped without tokenising it at all (that is the blow-up).
-            if len(text) <= limit:
-                return True
-            return len(text) <= 64 * limit and len(self.tokenizer(text, add_special_tokens=False).input_ids) <= limit
+            return prompt_too_long(text, self.tokenizer, limit) is None  # a huge row is never tokenized
 
         kept = [p for p in self.source.problems if fits(p)]
         held_out = [p for p in self.source._held_out if fits(p)]
