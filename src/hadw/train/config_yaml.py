@@ -117,6 +117,8 @@ def _override(item: str, interpolate: bool):
             problem = getattr(err, "problem", None) or type(err).__name__
             raise ConfigError(f"override {item!r}: not a valid YAML list ({problem}); write e.g. {key}=[1,2]") from None
         parsed = value  # e.g. data.template={question} Answer:
+    if isinstance(parsed, str) and "\n" in value.strip():  # YAML folds a line break into a space: taken as written
+        parsed = value
     if isinstance(parsed, float) and value.strip().lower() in (".nan", "nan"):
         parsed = math.nan
     source = OmegaConf.create()
