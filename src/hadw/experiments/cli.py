@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,23 @@ def primary_metric_key(primary: str | None, metrics: list[str]) -> str:
         return M.val_key(bucket or M.ALL, name)
     avg = [m for m in metrics if m.startswith("avg@")]
     return M.val_key(M.ALL, (avg or metrics)[0])
+
+
+# The sweep lock compare_cmd takes once its options are checked, released by _releasing_locks when the command ends
+# however it ends (returns, a one-line error, a signal's SignalStop; the kernel drops it on a kill).
+_held_locks: list = []
+
+
+def _releasing_locks(command: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        finally:
+            while _held_locks:
+                _held_locks.pop().release()
+
+    return wrapper
 
 
 def compare_cmd(
@@ -187,106 +205,104 @@ def compare_cmd(
     from hadw.experiments import compare as cmp
     from hadw.experiments.plots import plot_compare
 
-    dry = dry_run and bool(arm) and not collect_only  # writes nothing, so locks nothing
-    # one `hadw compare` per --out, held until this command ends (normal, error, a signal's SignalStop; the kernel
-    # drops it on a kill): taken before anything in --out is removed, truncated or written
-    lock = None if dry else cmp.lock_sweep(out, create=bool(arm) and not collect_only)
-    with lock or contextlib.nullcontext():
-        cmp.check_reports(out, overwrite)  # before hours of runs, not after
-        if json_path not in (None, "-"):
-            from hadw.safe_files import check_output, owned_json
+    if not (dry_run and arm and not collect_only):  # a dry run writes nothing, so locks nothing
+        # one `hadw compare` per --out, taken before anything there is removed, truncated or written
+        lock = cmp.lock_sweep(out, create=bool(arm) and not collect_only)
+        if lock is not None:
+            _held_locks.append(lock)  # released when the command ends (_releasing_locks)
+    cmp.check_reports(out, overwrite)  # before hours of runs, not after
+    if json_path not in (None, "-"):
+        from hadw.safe_files import check_output, owned_json
 
-            check_output(Path(json_path), "--json", owned_json("compare"), overwrite)
-        if arm and not collect_only:
-            try:
-                arms = [cmp.parse_arm(a) for a in arm]
-                specs = cmp.plan_runs(config, arms, seed_list, out, override, threads_per_run=threads)
-            except ValueError as err:
-                raise typer.BadParameter(str(err), param_hint="'--arm'") from None
-            if config is not None and not config.is_file():
-                raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
-            _check_configs(specs)
-            if dry_run:
-                _print_dry_run(specs, launcher, launch_options, out, workers)
-                return
-            cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
-            if launcher == "local":
-                bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
-                try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
-                    statuses = cmp.run_all(specs, workers, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
-                finally:
-                    bar.close()
-            else:
-                from hadw.experiments.launchers import launch
-
-                statuses = launch(specs, launcher, launch_options, out)
-            failed = [r for r in statuses if r["status"] == "failed"]
-            for r in failed:
-                typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
-            names = [a.name for a in arms]
-            counts = {s: sum(r["status"] == s for r in statuses) for s in ("trained", "resumed", "reused", "failed")}
-            typer.echo("runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), err=True)
-        else:
-            try:
-                names, found_seeds = cmp.discover(out)
-            except FileNotFoundError as err:
-                raise typer.BadParameter(str(err), param_hint="'--out'") from None
-            if arm:
-                names = [cmp.parse_arm(a if ":" in a else a + ":").name for a in arm]
-            seed_list = seed_list if seeds else found_seeds
-            failed = []
-            unfinished = [
-                f"{a} seed {s}" for a in names for s in seed_list if not cmp.is_finished(cmp.run_dir_for(out, a, s))
-            ]
-            if unfinished:
-                typer.echo(f"missing (not finished, left out): {', '.join(unfinished)}", err=True)
-        runs = cmp.collect_runs(out, names, seed_list)
-        for r in failed:  # e.g. a run dir made with another config: never report it as this one
-            runs[r["arm"]].pop(r["seed"], None)
+        check_output(Path(json_path), "--json", owned_json("compare"), overwrite)
+    if arm and not collect_only:
         try:
-            result = cmp.aggregate(runs, baseline, metric, confidence, method)
+            arms = [cmp.parse_arm(a) for a in arm]
+            specs = cmp.plan_runs(config, arms, seed_list, out, override, threads_per_run=threads)
         except ValueError as err:
-            raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
-        if not result.metrics:
-            raise typer.BadParameter(
-                f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'"
-            )
-        primary_key: str | None = primary_metric_key(primary, metric)
-        if primary_key not in result.metrics:
-            if primary:
-                raise typer.BadParameter(f"{primary!r} is not among the final metrics {sorted(result.metrics)}",
-                                         param_hint="'--primary'")  # fmt: skip
-            primary_key = None  # no "all" bucket of the default metric: no row is marked
-        png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
-        sections = []
-        legend = (f"Primary comparison: `{primary_key}`; every other row is exploratory. " if primary_key else "") + (
-            "MDE: the smallest true difference these seeds detect with 80 % power (paired t, α = 0.05) at the observed "
-            "SD of the differences.")  # fmt: skip
-        for name in metric:
-            headers, rows = compare_rows(result, name, primary_key)
-            sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))
-            if json_path != "-":
-                title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
-                Console().print(rich_table(title, headers, rows))
-        missing = {a: s for a, s in result.missing.items() if s}
-        note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
-        from hadw.safe_files import markdown_marker
+            raise typer.BadParameter(str(err), param_hint="'--arm'") from None
+        if config is not None and not config.is_file():
+            raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
+        _check_configs(specs)
+        if dry_run:
+            _print_dry_run(specs, launcher, launch_options, out, workers)
+            return
+        cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
+        if launcher == "local":
+            bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
+            try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
+                statuses = cmp.run_all(specs, workers, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+            finally:
+                bar.close()
+        else:
+            from hadw.experiments.launchers import launch
 
-        report = (
-            f"# Comparison over seeds {seed_list} ({confidence:.0%} {method} intervals; differences paired by seed)\n\n"
-            + "\n".join(sections)
-            + note
-            + f"\n![curves]({png.name})\n"
-        )
-        cmp.write_report(out, cmp.COMPARE_MD, markdown_marker("compare") + report, overwrite)
-        data = {**result.to_dict(), "primary": primary_key}
-        marked = {"written_by": "hadw compare", **jsonable(data)}
-        cmp.write_report(out, cmp.COMPARE_JSON, json.dumps(marked, indent=1) + "\n", overwrite)
-        _write_json(json_path, data, "compare", overwrite)
+            statuses = launch(specs, launcher, launch_options, out)
+        failed = [r for r in statuses if r["status"] == "failed"]
+        for r in failed:
+            typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
+        names = [a.name for a in arms]
+        counts = {s: sum(r["status"] == s for r in statuses) for s in ("trained", "resumed", "reused", "failed")}
+        typer.echo("runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), err=True)
+    else:
+        try:
+            names, found_seeds = cmp.discover(out)
+        except FileNotFoundError as err:
+            raise typer.BadParameter(str(err), param_hint="'--out'") from None
+        if arm:
+            names = [cmp.parse_arm(a if ":" in a else a + ":").name for a in arm]
+        seed_list = seed_list if seeds else found_seeds
+        failed = []
+        unfinished = [
+            f"{a} seed {s}" for a in names for s in seed_list if not cmp.is_finished(cmp.run_dir_for(out, a, s))
+        ]
+        if unfinished:
+            typer.echo(f"missing (not finished, left out): {', '.join(unfinished)}", err=True)
+    runs = cmp.collect_runs(out, names, seed_list)
+    for r in failed:  # e.g. a run dir made with another config: never report it as this one
+        runs[r["arm"]].pop(r["seed"], None)
+    try:
+        result = cmp.aggregate(runs, baseline, metric, confidence, method)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
+    if not result.metrics:
+        raise typer.BadParameter(f"no finished runs with final eval metrics {metric} under {out}", param_hint="'--out'")
+    primary_key: str | None = primary_metric_key(primary, metric)
+    if primary_key not in result.metrics:
+        if primary:
+            raise typer.BadParameter(f"{primary!r} is not among the final metrics {sorted(result.metrics)}",
+                                     param_hint="'--primary'")  # fmt: skip
+        primary_key = None  # no "all" bucket of the default metric: no row is marked
+    png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
+    sections = []
+    legend = (f"Primary comparison: `{primary_key}`; every other row is exploratory. " if primary_key else "") + (
+        "MDE: the smallest true difference these seeds detect with 80 % power (paired t, α = 0.05) at the observed "
+        "SD of the differences.")  # fmt: skip
+    for name in metric:
+        headers, rows = compare_rows(result, name, primary_key)
+        sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))
         if json_path != "-":
-            typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
-        if failed:
-            raise typer.Exit(1)
+            title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
+            Console().print(rich_table(title, headers, rows))
+    missing = {a: s for a, s in result.missing.items() if s}
+    note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
+    from hadw.safe_files import markdown_marker
+
+    report = (
+        f"# Comparison over seeds {seed_list} ({confidence:.0%} {method} intervals; differences paired by seed)\n\n"
+        + "\n".join(sections)
+        + note
+        + f"\n![curves]({png.name})\n"
+    )
+    cmp.write_report(out, cmp.COMPARE_MD, markdown_marker("compare") + report, overwrite)
+    data = {**result.to_dict(), "primary": primary_key}
+    marked = {"written_by": "hadw compare", **jsonable(data)}
+    cmp.write_report(out, cmp.COMPARE_JSON, json.dumps(marked, indent=1) + "\n", overwrite)
+    _write_json(json_path, data, "compare", overwrite)
+    if json_path != "-":
+        typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
+    if failed:
+        raise typer.Exit(1)
 
 
 def _check_jobs(jobs: int | None, launcher: str, ray_address: str) -> None:
@@ -403,6 +419,6 @@ def plot(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compare")(compare_cmd)
+    app.command("compare")(_releasing_locks(compare_cmd))
     app.command("demo")(demo)
     app.command("plot")(plot)
