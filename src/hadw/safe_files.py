@@ -88,11 +88,54 @@ def head(path: Path, size: int = HEAD_BYTES) -> bytes:
         return f.read(size)
 
 
+NAME_MAX = 255  # bytes in one name of a path: the limit of Linux file systems (ext4, xfs, btrfs, NFS)
+
+
+def folder_name_problem(path: str | Path) -> str | None:
+    """What is wrong with a folder name hadw writes in (a run folder, a sweep folder), or None. A control character
+    (a newline, a tab) is refused: hadw's logs, progress lines and the resume command it prints are lines, which such
+    a name would break. A name of the path longer than NAME_MAX bytes cannot be created. Spaces, any other Unicode
+    and a leading dash are fine (give a dashed name as ./-run to a command's argument)."""
+    text = str(path)
+    bad = sorted({repr(ch) for ch in text if ord(ch) < 32 or ord(ch) == 127})
+    if bad:
+        return f"holds the control character(s) {', '.join(bad)}; allowed: any name without control characters"
+    longest = max((len(part.encode("utf-8", "surrogateescape")) for part in Path(text).parts), default=0)
+    if longest > NAME_MAX:
+        return f"holds a name of {longest} bytes; allowed: at most {NAME_MAX} bytes per name (the file system's limit)"
+    return None
+
+
+def not_writable(folder: Path) -> str | None:
+    """Why this process cannot create files in `folder` ("a read-only file system", "permission denied"), or None
+    when it can. os.access asks the kernel, so it holds for root as well (root may write anywhere a read-only
+    mount does not forbid)."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    return "permission denied"
+
+
+def check_writable(path: Path, option: str) -> None:
+    """UserError (one line naming `option` and `path`) when the file `path` cannot be written where it would go:
+    its nearest existing folder is read-only (a results folder mounted read-only) or not ours to write. Checked
+    before the work, so that minutes of generation or drawing never end in an error naming a temporary file."""
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return  # below a file: creating the folder says so, in one line
+    why = not_writable(folder)
+    if why is not None:
+        raise UserError(f"{option} {path}: cannot write in {folder} ({why}); choose a file in a writable folder")
+
+
 def check_output(path: Path, option: str, owned: Callable[[bytes], bool], overwrite: bool = False) -> None:
     """UserError (one line naming `option` and `path`) unless `path` may receive an output file: not a link,
     not a folder or other non-regular file, and, when it exists with content, either recognised by `owned`
     (given the file's first HEAD_BYTES bytes) as a file this command wrote, or `overwrite` is set."""
     refuse_link(path, f"({option}): remove it or choose another file")
+    check_writable(path, option)
     if not path.exists():
         return
     if not path.is_file():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +31,23 @@ def primary_metric_key(primary: str | None, metrics: list[str]) -> str:
         return M.val_key(bucket or M.ALL, name)
     avg = [m for m in metrics if m.startswith("avg@")]
     return M.val_key(M.ALL, (avg or metrics)[0])
+
+
+# The sweep lock compare_cmd takes once its options are checked, released by _releasing_locks when the command ends
+# however it ends (returns, a one-line error, a signal's SignalStop; the kernel drops it on a kill).
+_held_locks: list = []
+
+
+def _releasing_locks(command: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        finally:
+            while _held_locks:
+                _held_locks.pop().release()
+
+    return wrapper
 
 
 def compare_cmd(
@@ -211,10 +230,19 @@ def compare_cmd(
     check_range("--jobs", jobs, 1, 1024)
     workers = min(jobs or 1, max_parallel or jobs or 1)  # local: --max-parallel caps --jobs
     check_range("--smooth", smooth, 1)
+    from hadw.safe_files import folder_name_problem
+
+    if problem := folder_name_problem(out):
+        raise typer.BadParameter(f"{str(out)!r} {problem}", param_hint="'--out'")
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.experiments import compare as cmp
     from hadw.experiments.plots import plot_compare
 
+    if not (dry_run and arm and not collect_only):  # a dry run writes nothing, so locks nothing
+        # one `hadw compare` per --out, taken before anything there is removed, truncated or written
+        lock = cmp.lock_sweep(out, create=bool(arm) and not collect_only)
+        if lock is not None:
+            _held_locks.append(lock)  # released when the command ends (_releasing_locks)
     cmp.check_reports(out, overwrite)  # before hours of runs, not after
     if json_path not in (None, "-"):
         from hadw.safe_files import check_output, owned_json
@@ -469,13 +497,15 @@ def plot(
 ) -> None:
     """Draw the training curves (accuracy, anchor) of finished or running runs."""
     from hadw.experiments.demo import plot_runs
+    from hadw.safe_files import check_writable
 
+    check_writable(out, "--out")  # the run folders are only read: a read-only one is fine, a read-only --out not
     names = [d.name for d in run_dirs]
     labels = [d.name if names.count(d.name) == 1 else str(d) for d in run_dirs]  # runs/a/seed0 vs runs/b/seed0
     typer.echo(plot_runs(dict(zip(labels, run_dirs, strict=True)), out))
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compare")(compare_cmd)
+    app.command("compare")(_releasing_locks(compare_cmd))
     app.command("demo")(demo)
     app.command("plot")(plot)

@@ -37,6 +37,9 @@ from hadw.processes import STOP_SIGNALS
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 MANIFEST = "compare_manifest.json"
+# The sweep folder's lock: held by the `hadw compare` that writes in --out (the driver, where a scheduler runs the
+# runs); each run locks only its own run folder (<arm>/seed<k>/.lock), wherever it runs.
+SWEEP_LOCK = ".compare.lock"
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,24 @@ def _remove_stale_logs(run_dir: Path) -> None:
             (run_dir / name).unlink(missing_ok=True)
     finally:
         lock.release()
+
+
+def lock_sweep(out_dir: str | Path, create: bool = True):
+    """Lock the sweep folder out_dir for this process (hadw.train.run_dir.FolderLock, released on any exit): a
+    second `hadw compare` on the same --out is refused in one line naming the holder, before it removes,
+    truncates or writes anything there. create: make the folder first; else None when it does not exist.
+    A folder that cannot be made is one line (a UserError) naming --out."""
+    from hadw.errors import UserError
+    from hadw.train.run_dir import FolderLock
+
+    out = Path(out_dir)
+    if not create and not out.is_dir():
+        return None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot create it: {err.strerror}") from None
+    return FolderLock(out, SWEEP_LOCK, f"--out {out}", "hadw compare", "--out")
 
 
 def _init_worker(parent_pid: int) -> None:

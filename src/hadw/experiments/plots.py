@@ -99,7 +99,8 @@ def plot_runs(
         _plot_levels(axes[2], runs, initial)
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a run without HA-DW has no anchor curve: no empty legend (a warning)
+            ax.legend()
     return save(fig, path)
 
 

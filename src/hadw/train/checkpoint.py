@@ -155,6 +155,8 @@ def read_latest(run_dir: Path) -> Path:
         raise CheckpointError(f"{pointer} is not a regular file")
     try:
         name = pointer.read_bytes()[:256].decode("utf-8").strip()
+    except OSError as err:  # named: a resume falls back to the newest complete checkpoint, saying why
+        raise unreadable(pointer, err) from None
     except UnicodeDecodeError:
         raise CheckpointError(f"{pointer} is not UTF-8 text; it must hold a name checkpoint-NNNNNN") from None
     if not CHECKPOINT_NAME.fullmatch(name):
@@ -211,6 +213,30 @@ def _fail(where: Path, field: str, problem: str) -> CheckpointError:
     )
 
 
+def unreadable(path: Path | str, err: OSError) -> CheckpointError:
+    """One line for a file of a run that cannot be read (permission denied, an I/O error of failing storage)."""
+    why = err.strerror or os.strerror(err.errno or 0) or type(err).__name__
+    return CheckpointError(
+        f"{path}: cannot be read ({why}); fix its permissions or restore it, or resume from another checkpoint "
+        "(edit latest) or start a new train.output_dir"
+    )
+
+
+def check_readable(folder: Path) -> None:
+    """Open every file of a checkpoint folder and read its first byte, before any is loaded: a file this process
+    may not read, or one on storage that fails, is one line naming it (torch.load and safetensors would report
+    it as a damaged file, or as a traceback)."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.read(fd, 1)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise unreadable(path, err) from None
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -224,7 +250,11 @@ def read_state_json(path: Path) -> dict[str, Any]:
     integers, the step that of the folder's name, anchor and config mappings)."""
     where = path / "state.json"
     try:
-        state = json.loads(where.read_bytes().decode("utf-8"))
+        data = where.read_bytes()
+    except OSError as err:
+        raise unreadable(where, err) from None
+    try:
+        state = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise _fail(where, "the file", f"is not JSON ({type(err).__name__})") from None
     if not isinstance(state, dict):
@@ -407,10 +437,13 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """Restore model, optimiser, scheduler and RNG states in place; return state.json's contents. Everything is
     read and checked (state.json's fields, every optimiser tensor against its parameter, the scheduler and
     RNG states) before any of it is used; a bad file is a CheckpointError naming the file and the field."""
+    check_readable(path)
     state = read_state_json(path)
     where = path / "trainer_state.pt"
     try:  # weights_only: tensors and plain containers only; a pickled object (code) is refused
         trainer_state = torch.load(where, weights_only=True, map_location="cpu")
+    except OSError as err:  # failing storage mid-file: not a damaged file
+        raise unreadable(where, err) from None
     except Exception as err:
         raise CheckpointError(
             f"{where}: refused to load (not a plain tensor file: {_first_line(err)}); resume from "

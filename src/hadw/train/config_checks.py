@@ -153,6 +153,11 @@ def validate(cfg: Config) -> None:
     _check_data(cfg.data)
     if not cfg.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty; give the run folder, e.g. train.output_dir=runs/my_run")
+    from hadw.safe_files import folder_name_problem
+
+    problem = folder_name_problem(cfg.train.output_dir)
+    if problem:
+        raise ConfigError(f"train.output_dir={cfg.train.output_dir!r} {problem}")
     _range("train.steps", t.steps, 0, 1 << 30)
     _range("train.prompts_per_step", t.prompts_per_step, 1, 1 << 20)
     _range("train.mini_batch_prompts", t.mini_batch_prompts, 1, t.prompts_per_step)

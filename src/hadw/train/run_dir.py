@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import yaml
@@ -21,36 +22,70 @@ from hadw.errors import UserError
 
 # The names a run writes and which files are a run's own live in hadw.metrics (floor 0: `hadw eval` reads them too).
 from hadw.metrics import LOCK_FILE, RUN_ENTRIES, RUN_PATTERNS, WRITTEN_NAMES, is_run_file  # noqa: F401
-from hadw.safe_files import open_nofollow, refuse_link
+from hadw.safe_files import NAME_MAX, not_writable, open_nofollow, refuse_link
 
 
 class RunDirError(UserError):
     """The run folder cannot be used as asked (holds another run, is locked, has no checkpoint)."""
 
 
-class RunLock:
-    """An exclusive flock on <run_dir>/.lock holding this process's pid. `release()` is idempotent."""
+class FolderLock:
+    """An exclusive flock on <folder>/<name> holding this process's pid and host: one process owns the folder.
+    The kernel drops it on any exit (kill -9 included); `release()` is idempotent. The one home of hadw's locks:
+    a run folder's (RunLock) and a `hadw compare` sweep folder's (hadw.experiments.compare.lock_sweep).
 
-    def __init__(self, run_dir: Path):
+    label names the folder as the user gave it ("train.output_dir=runs/a", "--out runs/cmp"); command is what
+    holds such a lock ("hadw train"), option what to change instead of waiting."""
+
+    def __init__(self, folder: Path, name: str, label: str, command: str, option: str):
         import fcntl
 
-        self.path = run_dir / LOCK_FILE
-        # O_NOFOLLOW: a link planted at .lock is refused, never opened (its target would be truncated)
+        self.path = folder / name
+        # O_NOFOLLOW: a link planted at the lock is refused, never opened (its target would be truncated).
+        # O_CLOEXEC (open_nofollow): a process started from here (a Ray node, a scheduler) never inherits the lock.
         self._file = os.fdopen(open_nofollow(self.path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._file.seek(0)
-            pid = self._file.read().strip() or "?"
+            holder = _holder(self._file.read())
             self._file.close()
             raise RunDirError(
-                f"train.output_dir={run_dir} is in use by pid {pid} (another hadw train holds {self.path}); "
-                "wait for it or choose another train.output_dir"
+                f"{label} is in use by {holder} (another {command} holds {self.path}); wait for it or choose "
+                f"another {option}"
             ) from None
         self._file.seek(0)
         self._file.truncate()
-        self._file.write(f"{os.getpid()}\n")
+        # the host too: on storage several machines share (a cluster's), a pid alone does not say where to look
+        self._file.write(f"{os.getpid()} {socket.gethostname()}\n")
         self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the descriptor drops the flock
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+def _holder(text: str) -> str:
+    """ "pid 123 on host h1" from a lock file's "123 h1" ("pid 123" from a version that wrote the pid alone)."""
+    pid, _, host = text.strip().partition(" ")
+    return f"pid {pid or '?'}" + (f" on host {host.strip()}" if host.strip() else "")
+
+
+class RunLock(FolderLock):
+    """A run folder's lock, <run_dir>/.lock: one `hadw train` per run folder."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir, LOCK_FILE, f"train.output_dir={run_dir}", "hadw train", "train.output_dir")
 
     def check(self) -> None:
         """RunDirError when the run folder or this lock is gone (removed, moved, its .lock replaced): whatever the
@@ -64,14 +99,6 @@ class RunLock:
                 f"train.output_dir={self.path.parent}: the run folder or its {LOCK_FILE} was removed or replaced "
                 "while this run trained; stopped (nothing more is written there; another hadw train may own it now)"
             )
-
-    def release(self) -> None:
-        if not self._file.closed:
-            self._file.close()  # closing the descriptor drops the flock
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.release()
 
 
 def run_entries(run_dir: Path) -> list[Path]:
@@ -92,11 +119,24 @@ def holds_run(run_dir: Path) -> bool:
     )
 
 
+def _name_bytes(path: Path) -> int:
+    return len(path.name.encode("utf-8", "surrogateescape"))
+
+
 def move_aside(run_dir: Path) -> Path:
-    """Move the run's entries into a new sibling folder <run_dir>.old-<n>; return it."""
+    """Move the run's entries into a new sibling folder <run_dir>.old-<n>; return it. RunDirError, with nothing
+    moved, when that name is longer than the file system allows (a run folder named with 250 bytes)."""
     n = 1
-    while (aside := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
+    aside = run_dir.with_name(f"{run_dir.name}.old-{n}")
+    while _name_bytes(aside) <= NAME_MAX and aside.exists():  # the length first: exists() fails on a long name
         n += 1
+        aside = run_dir.with_name(f"{run_dir.name}.old-{n}")
+    if _name_bytes(aside) > NAME_MAX:
+        raise RunDirError(
+            f"train.output_dir={run_dir}: --overwrite would move the old run to {aside.name!r}, longer than the "
+            f"file system's {NAME_MAX} bytes per name; move the old run yourself, or choose a train.output_dir name "
+            f"of at most {NAME_MAX - (_name_bytes(aside) - _name_bytes(run_dir))} bytes"
+        )
     aside.mkdir(parents=True)
     for entry in run_entries(run_dir):
         shutil.move(str(entry), str(aside / entry.name))
@@ -112,8 +152,13 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunDirError(f"train.output_dir={run_dir}: cannot create it: {err.strerror}") from None
-    if not os.access(run_dir, os.W_OK):
-        raise RunDirError(f"train.output_dir={run_dir}: permission denied (not writable)")
+    why = not_writable(run_dir)
+    if why is not None:  # a read-only results folder (an archive, a read-only mount) can be read, not trained in
+        todo = "copy the run to a writable folder to resume it" if resume else "choose a writable train.output_dir"
+        raise RunDirError(
+            f"train.output_dir={run_dir}: cannot write there ({why}); hadw train writes its checkpoints and logs in "
+            f"it; {todo} (hadw eval and hadw plot read a run in a read-only folder)"
+        )
     for name in WRITTEN_NAMES:
         refuse_link(run_dir / name)
     for pattern in RUN_PATTERNS:
@@ -129,7 +174,11 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple
                 f"train.output_dir={run_dir} already holds a run; continue it with --resume, or choose a new "
                 "train.output_dir, or pass --overwrite to move the old run aside"
             )
-        aside = move_aside(run_dir)
+        try:
+            aside = move_aside(run_dir)
+        except BaseException:
+            lock.release()
+            raise
     return lock, aside
 
 

@@ -9,6 +9,7 @@ One step, top to bottom (docs/method.md, "the product in one picture"):
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import random
@@ -53,6 +54,7 @@ from hadw.train.checkpoint import (
     replace_dir,
     resume_checkpoint,
     save_checkpoint,
+    unreadable,
 )
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
@@ -255,22 +257,7 @@ class Trainer:
         self.start_step = 0
         # `latest`, else the newest complete checkpoint folder; a folder whose checkpoints are all unusable
         # is refused (CheckpointError), so a resume never starts over beside checkpoints it cannot read.
-        notes: list[str] = []  # a fallback from an unusable `latest`: said once the checkpoint is accepted
-        checkpoint = resume_checkpoint(self.run_dir, notes.append) if resume else None
-        restart = False
-        if resume and checkpoint is None:
-            if not holds_run(self.run_dir):
-                raise RunDirError(
-                    f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
-                    "run without --resume to start it"
-                )
-            restart = True  # stopped before its first checkpoint (no checkpoint folder at all): from step 0
-            self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
-            print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
-        if checkpoint is not None:
-            self._resume_from(checkpoint, accept_changes)
-            for note in notes:
-                print(note, file=sys.stderr)
+        checkpoint, restart = self._resume(accept_changes) if resume else (None, False)
         self._clean_leftovers()
         self.logger = MetricsLogger(
             self.run_dir,
@@ -281,6 +268,30 @@ class Trainer:
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
         atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
+
+    def _resume(self, accept_changes: bool) -> tuple[Path | None, bool]:
+        """--resume: (the checkpoint loaded, or None when the run restarts from step 0; whether it restarts)."""
+        notes: list[str] = []  # a fallback from an unusable `latest`: said once the checkpoint is accepted
+        try:
+            checkpoint = resume_checkpoint(self.run_dir, notes.append)
+            if checkpoint is None:
+                if not holds_run(self.run_dir):
+                    raise RunDirError(
+                        f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
+                        "run without --resume to start it"
+                    )
+                # stopped before its first checkpoint (no checkpoint folder at all): from step 0
+                self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
+                print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
+                return None, True
+            self._resume_from(checkpoint, accept_changes)
+        except OSError as err:  # a file of the run this process may not read, or failing storage: one line naming it
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise unreadable(err.filename or self.run_dir, err) from None
+        for note in notes:
+            print(note, file=sys.stderr)
+        return checkpoint, False
 
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
