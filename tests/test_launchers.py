@@ -246,11 +246,11 @@ def test_slurm_launcher_preempted_and_killed_runs_finish_bit_for_bit(tmp_path, s
         # At once: a run of 8 tiny steps can finish within the second the check below takes, and then there is
         # nothing left to preempt (seen once in a fresh-clone CI run: "3 trained, 0 resumed").
         os.kill(run_pid(out, "grpo", 0), signal.SIGUSR2)
-        # The same sweep started again while its array is still queued / running (the preempted run waits to be
-        # requeued) is refused: runs would start twice.
+        # The same sweep started again while its driver waits is refused (the sweep folder's lock, issue 31):
+        # runs would start twice.
         twice = CliRunner().invoke(build_app(), command)
         assert twice.exit_code == 2, twice.output
-        assert "of an earlier hadw compare on this folder is still queued" in flat(twice.output)
+        assert "is in use by pid" in flat(twice.output) and "another hadw compare holds" in flat(twice.output)
         # Kill hadw seed 1 outright, as the OOM killer or a node crash would: no result, no last checkpoint;
         # the re-run resumes it from its last periodic one.
         wait_for_checkpoint(out / "hadw" / "seed1", cli)
@@ -657,14 +657,23 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, lo
     the run is stopped with a checkpoint and requeued once, then failed in one line naming the requeue limit."""
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
-    command += ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
+    command += ["--max-parallel", "1", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
     cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
     try:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
+        # seed 1 waits behind --max-parallel 1; held, it stays queued until released below (no race with its end)
+        subprocess.run(["scontrol", "hold", f"{array}_1"], check=True, capture_output=True)
         subprocess.run(["scancel", f"{array}_0"], check=True)
         cli.kill()  # the driver (a lost login node): the array does not need it
         cli.wait()
+        # Its driver gone, its array still queued: the same command is refused, naming the array (its runs would
+        # otherwise start twice).
+        twice = subprocess.run(
+            [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert twice.returncode == 2 and f"job array {array} of an earlier hadw compare" in twice.stderr, twice.stderr
+        subprocess.run(["scontrol", "release", f"{array}_1"], check=True, capture_output=True)
         squeue_empty(array)
     finally:
         if cli.poll() is None:
