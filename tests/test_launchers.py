@@ -216,6 +216,12 @@ def run_pid(out: Path, arm: str, seed: int) -> int:
     return int(starts[-1].split(" pid ")[1].split(":")[0])
 
 
+def start_sweep(command: list[str], cwd: Path) -> subprocess.Popen:
+    """`hadw compare` as its own process (a driver the test can signal), its stdout and stderr merged."""
+    argv = [sys.executable, "-m", "hadw.cli", *command]
+    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def wait_for_checkpoint(run_dir: Path, cli: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.time() + timeout
     while not (run_dir / "latest").is_file():
@@ -231,13 +237,7 @@ def test_slurm_launcher_preempted_and_killed_runs_finish_bit_for_bit(tmp_path, s
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ARMS + RECIPE
     started = time.perf_counter()
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "hadw.cli", *command],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    cli = start_sweep(command, tmp_path)
     try:
         # Preempt grpo seed 0 with the signal Slurm sends a submitit job before its time limit or on
         # preemption (USR2, sbatch --signal): the run stops after the current step, saves a checkpoint, is
@@ -501,13 +501,7 @@ def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, l
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ARMS + RECIPE
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "hadw.cli", *command],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    cli = start_sweep(command, tmp_path)
     try:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
@@ -597,13 +591,7 @@ def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, loc
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
     grpo = ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both runs at once on the 2-CPU head
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "hadw.cli", *command, *grpo],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    cli = start_sweep([*command, *grpo], tmp_path)
     try:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         os.kill(run_pid(out, "grpo", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
