@@ -373,36 +373,6 @@ def run_log(run_dir: Path) -> list[tuple[float, str]]:
     return rows
 
 
-@pytest.mark.slow
-def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_path):
-    """2 runs on a 4-CPU Ray instance (room for both, 2 CPUs each) with --max-parallel 1: never 2 at once;
-    each task got 2 CPUs from Ray and ran with 2 torch threads (train.num_threads=2)."""
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hadw[cluster]')")
-    out = tmp_path / "cmp"
-    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
-    result = CliRunner().invoke(
-        build_app(),
-        [
-            *("compare", "--out", str(out), "--launcher", "ray", "--jobs", "2", "--cpus-per-run", "2"),
-            *("--max-parallel", "1", "--poll", "0.5", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *recipe),
-            *("--ray-runtime-env", '{"env_vars": {"HADW_TEST_MARK": "on"}}'),
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    assert "runs: 2 trained, 0 resumed, 0 reused, 0 failed" in result.output
-    spans = []
-    for seed in range(2):
-        rows = run_log(out / "grpo" / f"seed{seed}")
-        # the task got 2 CPUs from Ray, and ran in the sweep's runtime_env (its variable's name is logged)
-        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0}, env_vars ['HADW_TEST_MARK'])", rows
-        assert rows[1][1] == "trained (ray, 2 torch threads)", rows
-        assert "num_threads: 2" in (out / "grpo" / f"seed{seed}" / "config.yaml").read_text()
-        spans.append((rows[0][0], rows[1][0]))
-    spans.sort()
-    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
-    assert in_flight == 1 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
-
-
 def scontrol_job(job_id: str) -> dict[str, str]:
     """`scontrol show job -o ID` (the array's first record) as KEY -> VALUE."""
     text = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True)
@@ -479,7 +449,7 @@ def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, l
     final (Slurm runs the task again); the sweep shows it requeued, waits, exits 0, bit-identical to local."""
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
-    command += ARMS + RECIPE
+    command += ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
     cli = start_sweep(command, tmp_path)
     try:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
@@ -491,131 +461,14 @@ def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, l
             cli.kill()
             cli.wait()
     assert cli.returncode == 0, output
-    assert "runs: 3 trained, 1 resumed, 0 reused, 0 failed" in output, output
+    assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
     assert "(1 requeued)" in output, output
     log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
     assert log.count(": start (slurm job") == 2 and "resumed (slurm job" in log.splitlines()[-1], log
-    assert_same_runs(out, local_sweep)
+    assert_same_runs(out, local_sweep, arms=("grpo",))
 
 
 # ------------------------------------------------------------------------------------------- issue 32: faults
-@pytest.fixture(scope="module")
-def ray_two_nodes():
-    """A Ray cluster of two nodes on this machine, for this module: a head with no CPUs (nothing runs there) and a
-    2-CPU worker node whose view of `private/` is its own empty tmpfs (scripts/ray_local.sh worker ... PRIVATE): a
-    run folder under it is storage the driver cannot see, as a node's local disk would be; anywhere else is shared.
-    Yields (address, private folder); both nodes are always stopped. RAY_AUTH_MODE=disabled for the nodes and for
-    this process (no token file in ~/.ray)."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_AUTH_MODE", "disabled")
-        yield from _two_nodes()
-
-
-def _two_nodes():
-    ray_bin = Path(sys.executable).parent / "ray"
-    if not ray_bin.exists():
-        unavailable("ray is not installed (pip install 'hadw[cluster]')")
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("a node with private storage needs root and unshare (a mount namespace)")
-    # Short: Ray's socket paths under the head's temp dir must fit AF_UNIX's 107 bytes.
-    folder = Path(tempfile.mkdtemp(prefix="hadw-ray2-", dir="/tmp"))
-    script, env = REPO / "scripts" / "ray_local.sh", {**os.environ, "RAY": str(ray_bin)}
-    private = folder / "private"
-    try:
-        up = subprocess.run(["bash", script, "start", folder / "head", "0"], capture_output=True, text=True, env=env)
-        if up.returncode != 0:
-            unavailable(f"the Ray head did not start: {up.stderr.strip()}")
-        address = (folder / "head" / "address").read_text().strip()
-        worker = ["bash", script, "worker", folder / "worker", address, "2", private]
-        up = subprocess.run(worker, capture_output=True, text=True, env=env)
-        if up.returncode != 0:
-            unavailable(f"the Ray worker node did not start: {up.stderr.strip()}")
-        yield address, private
-    finally:
-        for node in ("worker", "head"):
-            subprocess.run(["bash", script, "stop", folder / node], capture_output=True, text=True, env=env)
-    assert not (folder / "head" / "ray.pid").exists() and not (folder / "worker" / "ray.pid").exists()
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.mark.slow
-def test_ray_runs_the_driver_cannot_see_are_named_and_the_sweep_fails(tmp_path, ray_two_nodes):
-    """--out on storage only the worker node sees: every run trains there, and the driver names each one as
-    missing with the shared-storage need and exits non-zero (before: "2 trained, 0 failed", a report of
-    whatever happened to be visible)."""
-    address, private = ray_two_nodes
-    out = private / "cmp"
-    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
-    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", address, "--poll", "0.5"]
-    command += ["--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0", "--smooth", "1", *recipe]
-    cli = subprocess.run(
-        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert cli.returncode != 0, cli.stderr
-    assert "runs: 0 trained, 0 resumed, 0 reused, 2 failed" in cli.stderr, cli.stderr
-    for arm in ("grpo", "hadw"):
-        line = next(x for x in cli.stderr.splitlines() if x.startswith(f"run {arm} seed 0 failed:"))
-        assert "trained on its node, but its run folder is missing here" in line, line
-        assert "--out must be on storage every node shares" in line, line
-    assert not (out / "grpo" / "seed0").exists()  # the runs are real, but only on the worker's own storage
-
-
-def trainer_pid_gone(run_dir: Path, timeout: float = 60) -> None:
-    """Wait until the process of the run's last attempt has exited (it holds the run folder's lock)."""
-    pid, deadline = run_pid(run_dir.parent.parent, run_dir.parent.name, int(run_dir.name[4:])), time.time() + timeout
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.time() < deadline, f"the run's process {pid} still lives {timeout} s after its driver died"
-        time.sleep(0.2)
-
-
-@pytest.mark.slow
-def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, local_sweep, ray_two_nodes):
-    """Against a running Ray head: (1) kill -9 of the worker process running a run: Ray retries the task, which
-    resumes from its checkpoint; (2) SIGHUP to the driver (its terminal closed): it goes on and reports; both in
-    one sweep, bit-identical to local. (3) kill -9 of the driver: its runs die with it (Ray's ownership); the same
-    command again resumes them, bit-identical."""
-    ray_head, _ = ray_two_nodes  # the runs go to its worker node; tmp_path is storage both nodes see
-    out = tmp_path / "cmp"
-    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
-    hadw = ["--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both at once on 2 CPUs
-    cli = start_sweep([*command, *hadw], tmp_path)
-    try:
-        wait_for_checkpoint(out / "hadw" / "seed0", cli)
-        os.kill(run_pid(out, "hadw", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
-        cli.send_signal(signal.SIGHUP)
-        output, _ = cli.communicate(timeout=400)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
-    assert cli.returncode == 0, output
-    assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
-    assert_same_runs(out, local_sweep, arms=("hadw",))
-    log = (out / "hadw" / "seed0" / L.LAUNCHER_LOG).read_text()
-    assert log.count(": start (ray") == 2 and "resumed (ray" in log.splitlines()[-1], log
-
-    # (3) the driver killed (kill -9): the run stops with it; the re-run resumes it.
-    out = tmp_path / "killed"
-    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
-    command += ["--arm", "grpo:", "--seeds", "0", "--smooth", "1", *RECIPE]
-    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_checkpoint(out / "grpo" / "seed0", cli)
-        cli.kill()
-        cli.wait()
-        trainer_pid_gone(out / "grpo" / "seed0")
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
-    assert not (out / "grpo" / "seed0" / "final_model").exists()
-    again = subprocess.run(
-        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 0 reused, 0 failed" in again.stderr, again.stderr
-    assert run_metrics(out / "grpo" / "seed0") == run_metrics(local_sweep / "grpo" / "seed0")
-
-
 def squeue_empty(array: str, timeout: float = 180) -> None:
     deadline = time.time() + timeout
     while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
@@ -685,3 +538,151 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, lo
     assert [x.split(": ", 1)[1].split(" (")[0] for x in log if ": start (" in x] == ["start", "start"], log
     assert "preempted (SIGUSR2): requeued" in log[2] and "preempted (SIGUSR2): not requeued" in log[-1], log
     assert latest_checkpoint(out / "grpo" / "seed0") is not None  # each stop saved its steps
+
+
+@pytest.fixture(scope="module")
+def ray_two_nodes():
+    """A Ray cluster of two nodes on this machine, for this module: a head with no CPUs (nothing runs there) and a
+    4-CPU worker node whose view of `private/` is its own empty tmpfs (scripts/ray_local.sh worker ... PRIVATE): a
+    run folder under it is storage the driver cannot see, as a node's local disk would be; anywhere else is shared.
+    Yields (address, private folder); both nodes are always stopped. RAY_AUTH_MODE=disabled for the nodes and for
+    this process (no token file in ~/.ray)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_AUTH_MODE", "disabled")
+        yield from _two_nodes()
+
+
+def _two_nodes():
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        unavailable("ray is not installed (pip install 'hadw[cluster]')")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a node with private storage needs root and unshare (a mount namespace)")
+    # Short: Ray's socket paths under the head's temp dir must fit AF_UNIX's 107 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="hadw-ray2-", dir="/tmp"))
+    script, env = REPO / "scripts" / "ray_local.sh", {**os.environ, "RAY": str(ray_bin)}
+    private = folder / "private"
+    try:
+        up = subprocess.run(["bash", script, "start", folder / "head", "0"], capture_output=True, text=True, env=env)
+        if up.returncode != 0:
+            unavailable(f"the Ray head did not start: {up.stderr.strip()}")
+        address = (folder / "head" / "address").read_text().strip()
+        worker = ["bash", script, "worker", folder / "worker", address, "4", private]  # (Ray's CPUs are counts)
+        up = subprocess.run(worker, capture_output=True, text=True, env=env)
+        if up.returncode != 0:
+            unavailable(f"the Ray worker node did not start: {up.stderr.strip()}")
+        yield address, private
+    finally:  # both nodes at once: each stop may wait 5 s for its processes
+        stops = [subprocess.Popen(["bash", script, "stop", folder / node], env=env) for node in ("worker", "head")]
+        for stop in stops:
+            stop.wait()
+    assert not (folder / "head" / "ray.pid").exists() and not (folder / "worker" / "ray.pid").exists()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_runs_the_driver_cannot_see_are_named_and_the_sweep_fails(tmp_path, ray_two_nodes):
+    """--out on storage only the worker node sees: every run trains there, and the driver names each one as
+    missing with the shared-storage need and exits non-zero (before: "2 trained, 0 failed", a report of
+    whatever happened to be visible)."""
+    address, private = ray_two_nodes
+    out = private / "cmp"
+    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", address, "--poll", "0.5"]
+    command += ["--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0", "--smooth", "1", *recipe]
+    cli = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert cli.returncode != 0, cli.stderr
+    assert "runs: 0 trained, 0 resumed, 0 reused, 2 failed" in cli.stderr, cli.stderr
+    for arm in ("grpo", "hadw"):
+        line = next(x for x in cli.stderr.splitlines() if x.startswith(f"run {arm} seed 0 failed:"))
+        assert "trained on its node, but its run folder is missing here" in line, line
+        assert "--out must be on storage every node shares" in line, line
+    assert not (out / "grpo" / "seed0").exists()  # the runs are real, but only on the worker's own storage
+
+
+def trainer_pid_gone(run_dir: Path, timeout: float = 60) -> None:
+    """Wait until the process of the run's last attempt has exited (it holds the run folder's lock)."""
+    pid, deadline = run_pid(run_dir.parent.parent, run_dir.parent.name, int(run_dir.name[4:])), time.time() + timeout
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.time() < deadline, f"the run's process {pid} still lives {timeout} s after its driver died"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, local_sweep, ray_two_nodes):
+    """Against a running Ray head: (1) kill -9 of the worker process running a run: Ray retries the task, which
+    resumes from its checkpoint; (2) SIGHUP to the driver (its terminal closed): it goes on and reports; both in
+    one sweep, bit-identical to local. (3) kill -9 of the driver: its runs die with it (Ray's ownership); the same
+    command again resumes them, bit-identical."""
+    ray_head, _ = ray_two_nodes  # the runs go to its worker node; tmp_path is storage both nodes see
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
+    hadw = ["--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both at once
+    cli = start_sweep([*command, *hadw], tmp_path)
+    try:
+        wait_for_checkpoint(out / "hadw" / "seed0", cli)
+        os.kill(run_pid(out, "hadw", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
+        cli.send_signal(signal.SIGHUP)
+        output, _ = cli.communicate(timeout=400)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0, output
+    assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
+    assert_same_runs(out, local_sweep, arms=("hadw",))
+    log = (out / "hadw" / "seed0" / L.LAUNCHER_LOG).read_text()
+    assert log.count(": start (ray") == 2 and "resumed (ray" in log.splitlines()[-1], log
+
+    # (3) the driver killed (kill -9): the run stops with it; the re-run resumes it.
+    out = tmp_path / "killed"
+    command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
+    command += ["--arm", "grpo:", "--seeds", "0", "--smooth", "1", *RECIPE]
+    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_checkpoint(out / "grpo" / "seed0", cli)
+        cli.kill()
+        cli.wait()
+        trainer_pid_gone(out / "grpo" / "seed0")
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert not (out / "grpo" / "seed0" / "final_model").exists()
+    again = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 0 reused, 0 failed" in again.stderr, again.stderr
+    assert run_metrics(out / "grpo" / "seed0") == run_metrics(local_sweep / "grpo" / "seed0")
+
+
+@pytest.mark.slow
+def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_path, ray_two_nodes):
+    """2 runs on the 4-CPU worker node (room for both, 2 CPUs each) with --max-parallel 1: never 2 at once;
+    each task got 2 CPUs from Ray and ran with 2 torch threads (train.num_threads=2)."""
+    address, _ = ray_two_nodes
+    out = tmp_path / "cmp"
+    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
+    result = CliRunner().invoke(
+        build_app(),
+        [
+            *("compare", "--out", str(out), "--launcher", "ray", "--ray-address", address, "--cpus-per-run", "2"),
+            *("--max-parallel", "1", "--poll", "0.5", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *recipe),
+            *("--ray-runtime-env", '{"env_vars": {"HADW_TEST_MARK": "on"}}'),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "runs: 2 trained, 0 resumed, 0 reused, 0 failed" in result.output
+    spans = []
+    for seed in range(2):
+        rows = run_log(out / "grpo" / f"seed{seed}")
+        # the task got 2 CPUs from Ray, and ran in the sweep's runtime_env (its variable's name is logged)
+        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0}, env_vars ['HADW_TEST_MARK'])", rows
+        assert rows[1][1] == "trained (ray, 2 torch threads)", rows
+        assert "num_threads: 2" in (out / "grpo" / f"seed{seed}" / "config.yaml").read_text()
+        spans.append((rows[0][0], rows[1][0]))
+    spans.sort()
+    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
+    assert in_flight == 1 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
