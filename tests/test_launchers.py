@@ -477,12 +477,12 @@ def squeue_empty(array: str, timeout: float = 180) -> None:
 
 
 @pytest.mark.slow
-def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, local_sweep):
-    """(1) `scancel` of a running task, then kill -9 of the driver: the cancelled run stops at a step with its
-    checkpoint, the array goes on without its driver (its other run finishes, bit-identical to local), and the same
-    command is refused while the array is still queued.
-    (2) A real time limit (--time-min 1: Slurm itself sends USR2 --signal-lead-s before it) with --max-requeues 1:
-    the run is stopped with a checkpoint and requeued once, then failed in one line naming the requeue limit."""
+def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm):
+    """(1) kill -9 of the driver, then `scancel` of its running task: the array lives on without its driver, the
+    cancelled run stops at a step with that step's checkpoint (the same command resumes such a stop bit for bit:
+    the preempted test's re-run), and the same command is refused while the array is still queued.
+    (2) A real time limit (--time-min 1: Slurm itself sends USR2 --signal-lead-s before it) with --max-requeues 0:
+    the run is stopped with a checkpoint, not requeued, and failed in one line naming the requeue limit."""
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ["--max-parallel", "1", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
@@ -490,30 +490,30 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, lo
     try:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
-        # seed 1 waits behind --max-parallel 1; held, it stays queued until released below (no race with its end)
+        # seed 1 waits behind --max-parallel 1; held, it stays queued (no race with its end)
         subprocess.run(["scontrol", "hold", f"{array}_1"], check=True, capture_output=True)
-        subprocess.run(["scancel", f"{array}_0"], check=True)
         cli.kill()  # the driver (a lost login node): the array does not need it
         cli.wait()
+        killed_at = time.time()
+        subprocess.run(["scancel", f"{array}_0"], check=True)
         # Its driver gone, its array still queued: the same command is refused, naming the array (its runs would
         # otherwise start twice).
         twice = subprocess.run(
             [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=120
         )
         assert twice.returncode == 2 and f"job array {array} of an earlier hadw compare" in twice.stderr, twice.stderr
-        subprocess.run(["scontrol", "release", f"{array}_1"], check=True, capture_output=True)
+        subprocess.run(["scancel", f"{array}_1"], check=True)
         squeue_empty(array)
     finally:
         if cli.poll() is None:
             cli.kill()
             cli.wait()
-    assert run_metrics(out / "grpo" / "seed1") == run_metrics(local_sweep / "grpo" / "seed1"), "no driver needed"
-    # scancel's SIGTERM: a stop at a step boundary with that step's checkpoint (not a kill); the same command
-    # resumes such a stop bit for bit (the preempted test's re-run).
-    assert not (out / "grpo" / "seed0" / "final_model").exists()
-    assert "stopped by a signal" in (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text()
+    # scancel's SIGTERM, after the driver died: a stop at a step boundary with that step's checkpoint, not a kill
+    rows = run_log(out / "grpo" / "seed0")
+    assert rows[-1][1].startswith("stopped by a signal") and rows[-1][0] >= killed_at - 1, rows
     steps = [json.loads(line)["step"] for line in (out / "grpo" / "seed0" / "metrics.jsonl").read_text().splitlines()]
     assert latest_checkpoint(out / "grpo" / "seed0").name == f"checkpoint-{steps[-1]:06d}" and steps[-1] < 8
+    assert not (out / "grpo" / "seed0" / "final_model").exists()
 
     # (2) Slurm's own time-limit signal; a run far longer than the limit allows.
     out = tmp_path / "limit"
@@ -521,7 +521,7 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, lo
     limited = subprocess.run(
         [
             *(sys.executable, "-m", "hadw.cli", "compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5"),
-            *("--time-min", "1", "--signal-lead-s", "55", "--max-requeues", "1", "--arm", "grpo:", "--seeds", "0"),
+            *("--time-min", "1", "--signal-lead-s", "55", "--max-requeues", "0", "--arm", "grpo:", "--seeds", "0"),
             *long,
         ],
         cwd=tmp_path,
@@ -535,9 +535,8 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm, lo
     assert "stopped by its time limit more than --max-requeues times" in failed[0], failed[0]
     assert "re-run the same command to resume" in failed[0] and "Traceback" not in limited.stderr
     log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text().splitlines()
-    assert [x.split(": ", 1)[1].split(" (")[0] for x in log if ": start (" in x] == ["start", "start"], log
-    assert "preempted (SIGUSR2): requeued" in log[2] and "preempted (SIGUSR2): not requeued" in log[-1], log
-    assert latest_checkpoint(out / "grpo" / "seed0") is not None  # each stop saved its steps
+    assert len([x for x in log if ": start (" in x]) == 1 and "preempted (SIGUSR2): not requeued" in log[-1], log
+    assert latest_checkpoint(out / "grpo" / "seed0") is not None  # the stop saved its steps
 
 
 @pytest.fixture(scope="module")
