@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> None:
                 rows.append(_row(start, None, "warm", seed, metrics, None))
     command = "python " + " ".join(sys.argv)
     raw_tables.write_raw(RAW, [REPORT, raw_tables.ROOT / "README.md"], Path(__file__), command, rows)
-    rebuild()
 
 
 def _cell(run_dir: Path, out: Path) -> tuple[str, int]:
@@ -197,13 +196,11 @@ def tables(raw: dict) -> dict[str, str]:
     return out
 
 
-def rebuild() -> None:
-    raw_tables.rebuild(RAW, tables)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["run", "rebuild"])
+    raw_tables.command_line(__doc__, RAW, tables, run, _options)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starts", default="sums234-s0,sums234-s2,sums234-s7", help="shipped warm starts")
     parser.add_argument("--seeds", default="0-6")
     parser.add_argument("--groups", default="8,4")
@@ -212,8 +209,6 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/across_starts"))
-    args = parser.parse_args()
-    run(args) if args.what == "run" else rebuild()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ def run(args: argparse.Namespace) -> None:
             for arm in ARMS:
                 rows.append({**base, "arm": arm, "bucket": bucket, "greedy": result["final"][arm][bucket]})
     raw_tables.write_raw(RAW, TABLES, Path(__file__), "python " + " ".join(sys.argv), rows)
-    rebuild()
 
 
 def _label(bucket: str) -> str:
@@ -90,17 +89,13 @@ def tables(raw: dict) -> dict[str, str]:
     return out
 
 
-def rebuild() -> None:
-    raw_tables.rebuild(RAW, tables)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["run", "rebuild"])
+    raw_tables.command_line(__doc__, RAW, tables, run, _options)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("runs/demo_range"))
-    args = parser.parse_args()
-    run(args) if args.what == "run" else rebuild()
 
 
 if __name__ == "__main__":

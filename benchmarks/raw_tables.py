@@ -14,6 +14,7 @@ table without a raw file, and on a raw file without its blocks.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -108,3 +109,21 @@ def rebuild(raw_path: Path, tables_fn: Callable[[dict], dict[str, str]] | None =
         missing = set(new) - {b for r, b in blocks(text) if r == raw_rel}
         if name.startswith("benchmarks/") and missing:
             print(f"{name}: no block for {sorted(missing)} (add '<!-- rebuilt from {raw_rel}: NAME -->')")
+
+
+def command_line(
+    doc: str,
+    raw_path: Path,
+    tables_fn: Callable[[dict], dict[str, str]],
+    run_fn: Callable[[argparse.Namespace], None],
+    options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """`python benchmarks/NAME.py run [options]` (measure, write the raw file, rebuild) | `... rebuild` (the blocks
+    from the raw file alone): the command line every raw-table script shares; `options` adds the run's flags."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("what", choices=["run", "rebuild"])
+    options(parser)
+    args = parser.parse_args()
+    if args.what == "run":
+        run_fn(args)
+    rebuild(raw_path, tables_fn)

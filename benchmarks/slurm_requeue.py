@@ -120,7 +120,6 @@ def run(args: argparse.Namespace) -> None:
         subprocess.run(["bash", str(script), "stop", str(slurm)], capture_output=True, text=True)
     command = f"python benchmarks/slurm_requeue.py run --tries {args.tries}"
     raw_tables.write_raw(RAW, TABLES, Path(__file__), command, rows, recipe=SWEEP)
-    rebuild()
 
 
 def tables(raw: dict) -> dict[str, str]:
@@ -138,17 +137,13 @@ def tables(raw: dict) -> dict[str, str]:
     return {"tries": "\n".join(lines)}
 
 
-def rebuild() -> None:
-    raw_tables.rebuild(RAW, tables)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["run", "rebuild"])
+    raw_tables.command_line(__doc__, RAW, tables, run, _options)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tries", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/slurm_requeue"))
-    args = parser.parse_args()
-    run(args) if args.what == "run" else rebuild()
 
 
 if __name__ == "__main__":
