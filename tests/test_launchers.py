@@ -10,6 +10,7 @@ or HADW_REQUIRE_DAEMONS=1, which turns the skip into a failure: CI must run them
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -195,10 +196,18 @@ def run_pid(out: Path, arm: str, seed: int) -> int:
     return int(starts[-1].split(" pid ")[1].split(":")[0])
 
 
-def start_sweep(command: list[str], cwd: Path) -> subprocess.Popen:
-    """`hadw compare` as its own process (a driver the test can signal), its stdout and stderr merged."""
+@contextlib.contextmanager
+def running_sweep(command: list[str], cwd: Path, stdout: int = subprocess.PIPE):
+    """`hadw compare` as its own process (a driver the test can signal), its stdout and stderr merged; killed on
+    the way out if the test left it running."""
     argv = [sys.executable, "-m", "hadw.cli", *command]
-    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cli = subprocess.Popen(argv, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield cli
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
 
 
 def wait_for_checkpoint(run_dir: Path, cli: subprocess.Popen, timeout: float = 240) -> None:
@@ -216,8 +225,7 @@ def test_slurm_launcher_preempted_and_killed_runs_finish_bit_for_bit(tmp_path, s
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ARMS + RECIPE
     started = time.perf_counter()
-    cli = start_sweep(command, tmp_path)
-    try:
+    with running_sweep(command, tmp_path) as cli:
         # Preempt grpo seed 0 with the signal Slurm sends a submitit job before its time limit or on
         # preemption (USR2, sbatch --signal): the run stops after the current step, saves a checkpoint, is
         # requeued by submitit and resumes from that checkpoint, all inside this one sweep.
@@ -235,10 +243,6 @@ def test_slurm_launcher_preempted_and_killed_runs_finish_bit_for_bit(tmp_path, s
         wait_for_checkpoint(out / "hadw" / "seed1", cli)
         os.kill(run_pid(out, "hadw", 1), signal.SIGKILL)
         output, _ = cli.communicate(timeout=400)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
     first = time.perf_counter() - started
     assert cli.returncode == 1, output
     assert "runs: 2 trained, 1 resumed, 0 reused, 1 failed" in output, output
@@ -450,16 +454,11 @@ def test_slurm_requeued_run_is_waited_for_not_reported_failed(tmp_path, slurm, l
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ["--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
-    cli = start_sweep(command, tmp_path)
-    try:
+    with running_sweep(command, tmp_path) as cli:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
         subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, text=True)
         output, _ = cli.communicate(timeout=400)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
     assert cli.returncode == 0, output
     assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
     assert "(1 requeued)" in output, output
@@ -486,8 +485,7 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm):
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
     command += ["--max-parallel", "1", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
-    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
-    try:
+    with running_sweep(command, tmp_path, stdout=subprocess.DEVNULL) as cli:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
         # seed 1 waits behind --max-parallel 1; held, it stays queued (no race with its end)
@@ -504,10 +502,6 @@ def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm):
         assert twice.returncode == 2 and f"job array {array} of an earlier hadw compare" in twice.stderr, twice.stderr
         subprocess.run(["scancel", f"{array}_1"], check=True)
         squeue_empty(array)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
     # scancel's SIGTERM, after the driver died: a stop at a step boundary with that step's checkpoint, not a kill
     rows = run_log(out / "grpo" / "seed0")
     assert rows[-1][1].startswith("stopped by a signal") and rows[-1][0] >= killed_at - 1, rows
@@ -624,16 +618,11 @@ def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, loc
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
     hadw = ["--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both at once
-    cli = start_sweep([*command, *hadw], tmp_path)
-    try:
+    with running_sweep([*command, *hadw], tmp_path) as cli:
         wait_for_checkpoint(out / "hadw" / "seed0", cli)
         os.kill(run_pid(out, "hadw", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
         cli.send_signal(signal.SIGHUP)
         output, _ = cli.communicate(timeout=400)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
     assert cli.returncode == 0, output
     assert "runs: 1 trained, 1 resumed, 0 reused, 0 failed" in output, output
     assert_same_runs(out, local_sweep, arms=("hadw",))
@@ -644,16 +633,11 @@ def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, loc
     out = tmp_path / "killed"
     command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
     command += ["--arm", "grpo:", "--seeds", "0", "--smooth", "1", *RECIPE]
-    cli = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stdout=subprocess.DEVNULL)
-    try:
+    with running_sweep(command, tmp_path, stdout=subprocess.DEVNULL) as cli:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         cli.kill()
         cli.wait()
         trainer_pid_gone(out / "grpo" / "seed0")
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
     assert not (out / "grpo" / "seed0" / "final_model").exists()
     again = subprocess.run(
         [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, capture_output=True, text=True, timeout=300

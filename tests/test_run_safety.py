@@ -50,6 +50,13 @@ def _overrides(tiny_path, out_dir, *extra: str) -> list[str]:
     ]
 
 
+def _start_train(tiny_path, out_dir) -> subprocess.Popen:
+    """`hadw train` of a run far longer than any test waits, as its own process (its stderr piped)."""
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
+    argv = [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, out_dir, "train.steps=100000")]
+    return subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
 def _trainer(tiny_path, out_dir, *extra, **kwargs) -> Trainer:
     return Trainer(load_config(None, _overrides(tiny_path, out_dir, *extra)), **kwargs)
 
@@ -256,21 +263,13 @@ def test_keep_last_keeps_the_current_checkpoint(tiny_path, tmp_path):
 
 # ---------------------------------------------------------------------------------------- 5. signals
 def test_sigterm_sigint_and_sighup_stop_at_a_safe_point_with_the_resume_command(tiny_path, tmp_path):
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
     runs = {
         signal.SIGTERM: (tmp_path / "term", 143),
         signal.SIGINT: (tmp_path / "int", 130),
         signal.SIGHUP: (tmp_path / "hup", 129),  # issue 31: a closed terminal killed the run where it stood
     }
     procs = {  # both at once: the start-up (imports) dominates
-        signum: subprocess.Popen(
-            [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        for signum, (run, _) in runs.items()
+        signum: _start_train(tiny_path, run) for signum, (run, _) in runs.items()
     }
     for signum, (run, _code) in runs.items():
         proc, deadline = procs[signum], time.monotonic() + 180
@@ -356,18 +355,8 @@ def test_a_trainer_whose_folder_is_removed_or_taken_over_stops_in_one_line(tiny_
     folder would) while `hadw train` runs: it stops in one line, exit 2, and never recreates the folder."""
     import shutil
 
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT / "src")}
     runs = {"removed": tmp_path / "removed", "lock_replaced": tmp_path / "lock_replaced"}
-    procs = {
-        case: subprocess.Popen(
-            [sys.executable, "-m", "hadw.cli", "train", *_overrides(tiny_path, run, "train.steps=100000")],
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        for case, run in runs.items()
-    }
+    procs = {case: _start_train(tiny_path, run) for case, run in runs.items()}
     try:
         for case, run in runs.items():
             metrics, deadline = run / "metrics.jsonl", time.monotonic() + 180
