@@ -57,6 +57,41 @@ def test_final_evaluation_is_its_own_file_with_greedy_accuracy(finished_run):
     assert M.val_key("all", M.GREEDY) in records.steps[0]
 
 
+def test_the_final_evaluation_is_kept_per_problem(finished_run):
+    final = M.read_run(finished_run).final_eval
+    rows = M.read_eval_problems(finished_run)
+    assert [r["index"] for r in rows] == list(range(8)) and len({r["uid"] for r in rows}) == 8
+    assert {r["source"] for r in rows} == {"addition"} and all(isinstance(r["level"], int) for r in rows)
+    assert all(len(r["scores"]) == 1 and r["scores"][0] in (0, 1) for r in rows)  # greedy: one 0/1 score each
+    # the file reproduces the summary: its mean is final_eval.json's greedy accuracy, bucket by bucket
+    assert sum(r["scores"][0] for r in rows) / 8 == pytest.approx(final["all"][M.GREEDY], abs=1e-12)
+    for level in {r["level"] for r in rows}:
+        mine = [r["scores"][0] for r in rows if r["level"] == level]
+        assert sum(mine) / len(mine) == pytest.approx(final[f"addition/L{level}"][M.GREEDY], abs=1e-12)
+    assert (finished_run / M.FINAL_EVAL_PROBLEMS_FILE).stat().st_size < 100 * 8  # small enough to commit
+
+
+def test_per_problem_rows_and_their_reader(tmp_path):
+    from hadw.data import Problem
+
+    problems = [Problem("1+1", "2", 1, "addition", "addition:L1:0:0"), Problem("q", "a", None, "gsm8k", "gsm8k:7")]
+    rows = M.eval_problem_rows([[1.0, 0.0], [0.5, 1.0]], problems)
+    assert rows[1] == {"index": 1, "uid": "gsm8k:7", "source": "gsm8k", "level": None, "scores": [0.5, 1]}
+    logger = MetricsLogger(tmp_path)
+    logger.log_final_eval({"all": {"avg@2": 0.625}}, types.SimpleNamespace(correct=[[1.0, 0.0], [0.5, 1.0]],
+                                                                            problems=problems))  # fmt: skip
+    assert M.read_eval_problems(tmp_path) == rows
+    # resumed: the old final evaluation (both files) is gone until the run finishes again
+    MetricsLogger(tmp_path, resume_step=0).close()
+    assert M.read_eval_problems(tmp_path) is None and not (tmp_path / M.FINAL_EVAL_FILE).exists()
+    (tmp_path / M.FINAL_EVAL_PROBLEMS_FILE).write_text('{"index": 0, "scores": []}\n')
+    with pytest.raises(M.MetricsFileError, match=r"final_eval_problems.jsonl:1: expected an object"):
+        M.read_eval_problems(tmp_path)
+    logger.log_final_eval({})  # no held-out problems: a stale per-problem file is not left to pass for this one
+    assert M.read_eval_problems(tmp_path) is None
+    logger.close()
+
+
 def test_val_keys_round_trip():
     flat = M.flatten_eval({"all": {"greedy": 0.5}, "addition/L3": {"pass@4": 0.75}})
     assert flat == {"val/all/greedy": 0.5, "val/addition/L3/pass@4": 0.75}

@@ -5,8 +5,9 @@ Names follow verl where verl has one (`actor/pg_loss`, `critic/advantages/mean`,
 name for. The trainer writes these keys, and `compare`, `demo`, `plot`, the docs and the tests read them from
 here, so a rename happens in one place. docs/train.md lists them with their meaning.
 
-A run folder holds `metrics.jsonl` (one JSON object per training step, with "step") and `final_eval.json`
-(the final evaluation: {bucket: {metric: value}}). JSON is strict everywhere: NaN and ±inf are written as
+A run folder holds `metrics.jsonl` (one JSON object per training step, with "step"), `final_eval.json`
+(the final evaluation: {bucket: {metric: value}}) and `final_eval_problems.jsonl` (that evaluation per held-out
+problem: `eval_problem_rows`, read by `read_eval_problems`). JSON is strict everywhere: NaN and ±inf are written as
 null (`jsonable`).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ from hadw.errors import UserError
 # ----------------------------------------------------------------------------------------- files
 METRICS_FILE = "metrics.jsonl"
 FINAL_EVAL_FILE = "final_eval.json"
+# The final evaluation per held-out problem (eval_problem_rows): what `hadw compare` splits the variance with.
+FINAL_EVAL_PROBLEMS_FILE = "final_eval_problems.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 
 # A run folder (hadw.train.run_dir locks and moves these; `hadw eval` never writes over them).
@@ -41,7 +45,7 @@ RUN_ENTRIES = (
 )
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
-WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, "wandb_id", "warm_start_model")
+WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, FINAL_EVAL_PROBLEMS_FILE, "wandb_id", "warm_start_model")
 
 
 def is_run_file(path: Path) -> bool:
@@ -184,6 +188,47 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             )
         records.append(record)
     return records
+
+
+def eval_problem_rows(correct: Sequence[Sequence[float]], problems: Sequence[Any]) -> list[dict[str, Any]]:
+    """One row per evaluated problem, in evaluation order: {"index", "uid", "source", "level", "scores"}.
+
+    correct: [num_problems][k] scores (hadw.eval.evaluate.EvalReport.correct); problems: the num_problems
+    hadw.data.Problem objects. A whole-number score is written as an int (0 / 1: the file stays small enough to
+    commit, ~60 bytes a problem); the mean of `scores` over every row is the bucket "all" of the summary."""
+    if len(correct) != len(problems):
+        raise ValueError(f"eval_problem_rows: {len(correct)} score rows for {len(problems)} problems")
+    compact = lambda v: int(v) if float(v).is_integer() else float(v)
+    return [
+        {"index": i, "uid": p.uid, "source": p.source, "level": p.level, "scores": [compact(v) for v in row]}
+        for i, (row, p) in enumerate(zip(correct, problems, strict=True))
+    ]
+
+
+def read_eval_problems(run_dir: str | Path) -> list[dict[str, Any]] | None:
+    """A run's final_eval_problems.jsonl (eval_problem_rows), or None when the run has none (a run made before
+    the file existed, or one without held-out problems). MetricsFileError naming the line when a row is not an
+    object with a list of numeric "scores"."""
+    path = Path(run_dir) / FINAL_EVAL_PROBLEMS_FILE
+    if not path.is_file():
+        return None
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise MetricsFileError(f"{path}:{number}: not a JSON record") from None
+        scores = row.get("scores") if isinstance(row, dict) else None
+        if not isinstance(scores, list) or not scores or not all(_is_number(v) for v in scores):
+            raise MetricsFileError(f"{path}:{number}: expected an object with a non-empty list of numbers 'scores'")
+        rows.append(row)
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass

@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hadw.metrics import FINAL_EVAL_FILE, METRICS_FILE, SAMPLES_FILE, MetricsFileError, dumps, read_jsonl
+from hadw.metrics import (
+    FINAL_EVAL_FILE,
+    FINAL_EVAL_PROBLEMS_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    MetricsFileError,
+    dumps,
+    eval_problem_rows,
+    read_jsonl,
+)
 from hadw.safe_files import atomic_write_text, open_append
 
 __all__ = ["METRICS_FILE", "SAMPLES_FILE", "MetricsFileError", "MetricsLogger", "read_jsonl"]
@@ -28,7 +37,8 @@ class MetricsLogger:
             for name in (METRICS_FILE, SAMPLES_FILE):
                 kept = [r for r in read_jsonl(run_dir / name) if _step(r) <= resume_step]
                 atomic_write_text(run_dir / name, "".join(dumps(r) + "\n" for r in kept))
-            (run_dir / FINAL_EVAL_FILE).unlink(missing_ok=True)  # written again when the run finishes
+            for name in (FINAL_EVAL_FILE, FINAL_EVAL_PROBLEMS_FILE):  # written again when the run finishes
+                (run_dir / name).unlink(missing_ok=True)
         self._metrics = open_append(run_dir / METRICS_FILE)  # never through a planted link
         self._samples = open_append(run_dir / SAMPLES_FILE)
         self._tb = self._wandb = None
@@ -61,8 +71,18 @@ class MetricsLogger:
             self._samples.write(dumps({"step": step, **sample}) + "\n")
         self._samples.flush()
 
-    def log_final_eval(self, summary: dict[str, dict[str, float]]) -> None:
-        """The final evaluation, {bucket: {metric: value}}, to final_eval.json (atomically) and the trackers."""
+    def log_final_eval(self, summary: dict[str, dict[str, float]], report=None) -> None:
+        """The final evaluation, {bucket: {metric: value}}, to final_eval.json (atomically) and the trackers.
+
+        report: the hadw.eval.evaluate.EvalReport it was made from (None: no held-out problems); its per-problem
+        scores go to final_eval_problems.jsonl (hadw.metrics.eval_problem_rows), written before final_eval.json
+        so that a finished run (compare: final_eval.json) never lacks them."""
+        problems = self.run_dir / FINAL_EVAL_PROBLEMS_FILE
+        if report is not None:
+            rows = eval_problem_rows(report.correct, report.problems)
+            atomic_write_text(problems, "".join(dumps(r, separators=(",", ":")) + "\n" for r in rows))
+        else:  # a file left by an earlier evaluation must not pass for this one's
+            problems.unlink(missing_ok=True)
         atomic_write_text(self.run_dir / FINAL_EVAL_FILE, dumps(summary, indent=1) + "\n")
         flat = {f"final/{bucket}/{name}": v for bucket, row in summary.items() for name, v in row.items()}
         if self._tb is not None:

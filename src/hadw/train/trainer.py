@@ -751,6 +751,7 @@ class Trainer:
         none (data.eval_size=0, or a file too small to hold any out)."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
         problems = self.source.eval_problems()
+        self.last_eval_report = None  # the EvalReport behind the summary: its per-problem scores (log_final_eval)
         if not problems:
             return {}
         with self.autocast():
@@ -765,6 +766,7 @@ class Trainer:
                 engine=self.engine,
                 use_chat_template=chat,
             )
+        self.last_eval_report = report
         return report.summary
 
     def checkpoint(self, step: int) -> Path:
@@ -818,7 +820,7 @@ class Trainer:
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate()
-            self.logger.log_final_eval(final_eval)
+            self.logger.log_final_eval(final_eval, self.last_eval_report)
             self._lock.check()
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
