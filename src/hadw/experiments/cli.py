@@ -22,6 +22,15 @@ from hadw.train.cli import _quiet_transformers
 DEFAULT_SIGNAL_LEAD_S = 90
 
 
+VARIANCE_LEGEND = (
+    "One seed's paired difference is a mean over its held-out problems, so its variance across seeds (SD (paired)) "
+    "is evaluation sampling (SD eval: the variance of a mean over the problems, from each run's "
+    "final_eval_problems.jsonl, paired by problem where both arms scored the same ones) plus training (the rest, "
+    "floored at 0). ± now: the half-width of the interval above; ± 2× problems / ± 2× seeds: what it would be with "
+    "twice the held-out problems per seed / twice the seeds."
+)
+
+
 def primary_metric_key(primary: str | None, metrics: list[str]) -> str:
     """The final key ("val/<bucket>/<metric>") of the primary comparison: `primary` as BUCKET/METRIC, or by
     default the "all" bucket of the first avg@K metric (the expected accuracy a sampled answer has), else of the
@@ -320,6 +329,13 @@ def compare_cmd(
         if json_path != "-":
             title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
             Console().print(rich_table(title, headers, rows))
+    if primary_key is not None:  # where the paired variance comes from, and what more problems / seeds would buy
+        headers, rows = cmp.variance_rows(result, primary_key)
+        sections.append(
+            f"## Where the variance is: {primary_key}\n\n{VARIANCE_LEGEND}\n\n" + markdown_table(headers, rows)
+        )
+        if json_path != "-" and rows:
+            Console().print(rich_table(f"variance of the paired difference, {primary_key}", headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
     from hadw.safe_files import markdown_marker

@@ -31,7 +31,15 @@ import numpy as np
 
 from hadw import metrics as M
 from hadw.errors import SignalStop
-from hadw.experiments.stats import Interval, PairedDifference, interval, paired_difference
+from hadw.experiments.stats import (
+    Interval,
+    PairedDifference,
+    VarianceSplit,
+    eval_sampling_variance,
+    interval,
+    paired_difference,
+    variance_split,
+)
 from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
 from hadw.processes import STOP_SIGNALS
 
@@ -424,6 +432,7 @@ class RunLog:
     run_dir: Path
     final: dict[str, float] | None  # final_eval.json flattened to val/<bucket>/<metric> (None: not finished)
     steps: list[dict]  # per-step records of metrics.jsonl
+    problems: list[dict] | None = None  # final_eval_problems.jsonl (hadw.metrics.eval_problem_rows); None: none
 
 
 def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, RunLog]]:
@@ -436,11 +445,12 @@ def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int])
             records = read_run(run_dir)
             if not records.steps and not records.finished:
                 continue
-            final = None
+            final, problems = None, None
             if records.final_eval is not None:
                 flat = M.flatten_eval(records.final_eval)
                 final = {k: float(v) for k, v in flat.items() if isinstance(v, int | float)}
-            runs[arm][seed] = RunLog(arm, seed, run_dir, final, records.steps)
+                problems = M.read_eval_problems(run_dir)
+            runs[arm][seed] = RunLog(arm, seed, run_dir, final, records.steps, problems)
     return runs
 
 
@@ -450,12 +460,16 @@ class MetricComparison:
     arms: dict[str, Interval]
     values: dict[str, dict[int, float]]  # arm -> seed -> value
     diffs: dict[str, PairedDifference]  # non-baseline arm -> (arm − baseline)
+    # non-baseline arm -> its paired variance split into evaluation sampling and training (variance_split), or the
+    # one-line reason there is none (a run without per-problem results, fewer than 2 seeds, ...)
+    splits: dict[str, VarianceSplit | str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "arms": {a: iv.to_dict() for a, iv in self.arms.items()},
             "values": {a: {str(s): v for s, v in vals.items()} for a, vals in self.values.items()},
             "diffs": {a: d.to_dict() for a, d in self.diffs.items()},
+            "variance_split": {a: v if isinstance(v, str) else v.to_dict() for a, v in self.splits.items()},
         }
 
 
@@ -513,8 +527,80 @@ def aggregate(
         for arm in arms:
             if arm != baseline and set(values.get(arm, {})) & set(values.get(baseline, {})):
                 diffs[arm] = paired_difference(values[arm], values[baseline], confidence, method)
-        result.metrics[key] = MetricComparison(key, arms_iv, values, diffs)
+        splits = {arm: split_variance(runs, arm, baseline, key, d.seeds, confidence) for arm, d in diffs.items()}
+        result.metrics[key] = MetricComparison(key, arms_iv, values, diffs, splits)
     return result
+
+
+def bucket_rows(rows: Sequence[dict], bucket: str) -> list[dict]:
+    """The per-problem rows (final_eval_problems.jsonl) of one summary bucket: "all", "<source>" or
+    "<source>/L<level>"."""
+    if bucket == M.ALL:
+        return list(rows)
+    return [r for r in rows if bucket in (r.get("source"), f"{r.get('source')}/L{r.get('level')}")]
+
+
+def problem_means(log: RunLog, key: str) -> tuple[list, np.ndarray] | str:
+    """(problem ids, [m] per-problem mean scores) of the bucket of final key `key`, or why there are none. Used only
+    when they reproduce the run's final value (their mean = final_eval.json's, to 1e-9): so never for pass@k, nor
+    for a metric the file was not written for (its one evaluation is the final greedy one)."""
+    if log.problems is None:
+        return f"{log.arm} seed {log.seed} has no {M.FINAL_EVAL_PROBLEMS_FILE} (a run made before hadw kept one)"
+    rows = bucket_rows(log.problems, M.split_val_key(key)[0])
+    means = np.array([float(np.mean(r["scores"])) for r in rows])
+    if not rows or abs(means.mean() - log.final[key]) > 1e-9:
+        return f"{log.arm} seed {log.seed}: its per-problem results do not reproduce {key}"
+    ids = [r.get("uid", r.get("index")) for r in rows]
+    return ids, means
+
+
+def split_variance(
+    runs: dict[str, dict[int, RunLog]], arm: str, baseline: str, key: str, seeds: Sequence[int], confidence: float
+) -> VarianceSplit | str:
+    """arm − baseline's paired variance of `key` over `seeds`, split into evaluation sampling (each seed's per-problem
+    results; paired by problem where both arms of the seed scored the same problems) and training (variance_split);
+    or the one-line reason it cannot be."""
+    if len(seeds) < 2:
+        return "fewer than 2 paired seeds"
+    diffs, evs, sizes, paired_all = [], [], [], True
+    for seed in seeds:
+        a, b = problem_means(runs[arm][seed], key), problem_means(runs[baseline][seed], key)
+        for side in (a, b):
+            if isinstance(side, str):
+                return side
+        (ids_a, means_a), (ids_b, means_b) = a, b
+        paired = len(set(ids_a)) == len(ids_a) and sorted(ids_a) == sorted(ids_b)
+        if paired:  # align the baseline's problems to the arm's
+            where = {uid: i for i, uid in enumerate(ids_b)}
+            means_b = means_b[[where[uid] for uid in ids_a]]
+        paired_all &= paired
+        evs.append(eval_sampling_variance(means_a, means_b, paired))
+        diffs.append(runs[arm][seed].final[key] - runs[baseline][seed].final[key])
+        sizes.append((len(ids_a) + len(ids_b)) / 2)
+    if not np.all(np.isfinite(evs)):
+        return "a seed with fewer than 2 held-out problems in this bucket"
+    return variance_split(diffs, evs, float(np.mean(sizes)), paired_all, confidence)
+
+
+def variance_rows(result: CompareResult, key: str) -> tuple[list[str], list[list[str]]]:
+    """The variance split of final key `key`, one row per arm compared with the baseline: SDs of one seed's
+    difference (total, evaluation sampling, training), the share evaluation explains, and the interval's half-width
+    now, with twice the held-out problems, and with twice the seeds."""
+    headers = ["arm − baseline", "seeds", "problems / seed", "SD (paired)", "SD eval", "SD training", "eval share",
+               "± now", "± 2× problems", "± 2× seeds"]  # fmt: skip
+    rows = []
+    for arm, split in result.metrics[key].splits.items():
+        name = f"{arm} − {result.baseline}"
+        if isinstance(split, str):
+            rows.append([name, f"no split: {split}", *["—"] * 8])
+            continue
+        paired = "" if split.paired_by_problem else " (unpaired)"
+        rows.append([
+            name, str(split.n), f"{split.problems:.0f}{paired}", f"{np.sqrt(split.total):.4f}",
+            f"{np.sqrt(split.eval):.4f}", f"{np.sqrt(split.train):.4f}", f"{split.eval_share:.0%}",
+            f"{split.half_width:.4f}", f"{split.half_width_2x_problems:.4f}", f"{split.half_width_2x_seeds:.4f}",
+        ])  # fmt: skip
+    return headers, rows
 
 
 def curve(

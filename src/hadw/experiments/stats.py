@@ -161,3 +161,98 @@ def seeds_needed(effect: float, sd: float, power: float = 0.8, alpha: float = 0.
     while paired_power(effect, sd, n, alpha) < power:
         n += 1
     return float(n)
+
+
+# ----------------------------------------------------------------------------------------- variance split
+# A seed's paired difference d = Y_arm − Y_base is a mean over that seed's held-out problems, so its variance across
+# seeds has two parts: training (what the two runs learned differs from seed to seed) and evaluation sampling (which
+# problems were drawn, and at T > 0 which answers were sampled). The second is known from one run's per-problem
+# scores alone, the variance of a mean over problems; the first is the rest. More problems shrink only the second,
+# more seeds both.
+
+
+def eval_sampling_variance(
+    treatment: Sequence[float], baseline: Sequence[float], paired_by_problem: bool = True
+) -> float:
+    """The evaluation-sampling variance of one seed's mean difference, from its per-problem scores.
+
+    treatment, baseline: [m_t], [m_b] per-problem mean scores (the mean of each problem's k samples). paired
+    (the same problems in the same order, m_t = m_b = m): var(t_i − b_i) / m, sample variance (ddof 1), which
+    keeps what the two arms share on a problem out; else var(t_i) / m_t + var(b_i) / m_b. nan with < 2 problems.
+    """
+    t = _values(treatment, "eval_sampling_variance")
+    b = _values(baseline, "eval_sampling_variance")
+    if paired_by_problem:
+        if t.size != b.size:
+            raise ValueError(f"eval_sampling_variance: paired by problem needs equal counts; got {t.size}, {b.size}")
+        return float(np.var(t - b, ddof=1) / t.size) if t.size > 1 else float("nan")
+    if t.size < 2 or b.size < 2:
+        return float("nan")
+    return float(np.var(t, ddof=1) / t.size + np.var(b, ddof=1) / b.size)
+
+
+def projected_half_width(
+    train: float, eval_var: float, n: int, problems_factor: float = 1.0, seeds_factor: float = 1.0,
+    confidence: float = 0.95,
+) -> float:  # fmt: skip
+    """Half-width of the t interval of the mean paired difference with seeds_factor × n seeds, each evaluated on
+    problems_factor × as many problems: t_{(1+c)/2, n'−1} · √((train + eval_var / problems_factor) / n'),
+    n' = round(seeds_factor · n). train, eval_var: per-seed variances (variance_split). nan for n' < 2."""
+    n_new = round(seeds_factor * n)
+    if n_new < 2:
+        return float("nan")
+    var = max(train, 0.0) + eval_var / problems_factor
+    return float(stats.t.ppf((1 + confidence) / 2, n_new - 1) * np.sqrt(var / n_new))
+
+
+@dataclass(frozen=True)
+class VarianceSplit:
+    """The paired variance of arm − baseline over n seeds, split into evaluation sampling and training.
+
+    total: sample variance (ddof 1) of the n per-seed differences; eval: the mean over seeds of each seed's
+    eval_sampling_variance; train: total − eval floored at 0 (the estimate can fall below 0 by chance when
+    training adds little). half_width: the t interval's now; half_width_2x_problems / _2x_seeds: what it would be
+    with twice the held-out problems per seed / twice the seeds (projected_half_width)."""
+
+    n: int
+    problems: float  # held-out problems per seed and arm (mean over seeds)
+    paired_by_problem: bool  # every seed's two arms scored the same problems
+    total: float
+    eval: float
+    train: float
+    confidence: float
+    half_width: float
+    half_width_2x_problems: float
+    half_width_2x_seeds: float
+
+    @property
+    def eval_share(self) -> float:
+        """The share of the paired variance that evaluation sampling explains (at most 1)."""
+        return min(self.eval / self.total, 1.0) if self.total > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "eval_share": self.eval_share}
+
+
+def variance_split(
+    diffs: Sequence[float],
+    eval_variances: Sequence[float],
+    problems: float,
+    paired_by_problem: bool = True,
+    confidence: float = 0.95,
+) -> VarianceSplit:
+    """diffs: [n] per-seed paired differences; eval_variances: [n] each seed's eval_sampling_variance (same order);
+    problems: held-out problems per seed. Needs n ≥ 2 (a variance over seeds)."""
+    d = _values(diffs, "variance_split")
+    v = _values(eval_variances, "variance_split eval variances")
+    if d.size != v.size or d.size < 2:
+        raise ValueError(f"variance_split: needs as many eval variances as differences, at least 2; got {d.size}, "
+                         f"{v.size}")  # fmt: skip
+    n, total, eval_var = d.size, float(np.var(d, ddof=1)), float(v.mean())
+    train = max(total - eval_var, 0.0)
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * np.sqrt(total / n))
+    return VarianceSplit(
+        n, float(problems), paired_by_problem, total, eval_var, train, confidence, half,
+        projected_half_width(train, eval_var, n, problems_factor=2, confidence=confidence),
+        projected_half_width(train, eval_var, n, seeds_factor=2, confidence=confidence),
+    )  # fmt: skip

@@ -1,0 +1,157 @@
+"""`hadw compare`'s statistics beyond the paired t interval, on planted data whose answer is known: the variance
+split (evaluation sampling vs training) and what more problems or seeds would buy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+from typer.testing import CliRunner
+
+from hadw import metrics as M
+from hadw.cli import build_app
+from hadw.experiments import compare as cmp
+from hadw.experiments.stats import eval_sampling_variance, projected_half_width, variance_split
+
+
+# ------------------------------------------------------------------------------------------- variance split
+def simulate_independent(rng, seeds: int, problems: int, train_sd: float, effect: float = 0.01):
+    """Every seed draws its own problems (p_i ~ U(0.2, 0.8)); training shifts the arm's chance by t_s ~ N(effect,
+    train_sd²); each arm's greedy score on a problem is its own Bernoulli. Returns [seeds, problems] scores of
+    (arm, baseline). Known: E[d_s | t_s] = t_s, Var(a_i − b_i | t) = 0.44 − t², so the evaluation variance of one
+    seed's difference is (0.44 − effect² − train_sd²) / problems and the training variance train_sd²."""
+    p = rng.uniform(0.2, 0.8, (seeds, problems))
+    t = rng.normal(effect, train_sd, (seeds, 1))
+    return (rng.random((seeds, problems)) < p + t).astype(float), (rng.random((seeds, problems)) < p).astype(float)
+
+
+def split_of(arm: np.ndarray, base: np.ndarray, paired: bool = True):
+    evs = [eval_sampling_variance(a, b, paired) for a, b in zip(arm, base, strict=True)]
+    return variance_split(arm.mean(axis=1) - base.mean(axis=1), evs, arm.shape[1], paired)
+
+
+def test_variance_split_recovers_planted_training_and_evaluation_variance():
+    rng = np.random.default_rng(0)
+    train_sd, m = 0.03, 300
+    true_eval = (0.44 - 0.01**2 - train_sd**2) / m  # 0.0014633: SD 0.0383
+    split = split_of(*simulate_independent(rng, 2000, m, train_sd))
+    # 2000 seeds: the total variance's standard error is ~7.5e-5, the evaluation part's far smaller
+    assert split.eval == pytest.approx(true_eval, rel=0.02)
+    assert split.train == pytest.approx(train_sd**2, abs=2.5e-4)
+    assert np.sqrt(split.train) == pytest.approx(train_sd, abs=0.004)
+    assert split.eval_share == pytest.approx(true_eval / (true_eval + train_sd**2), abs=0.05)  # ~0.62
+    unpaired = split_of(*simulate_independent(np.random.default_rng(0), 2000, m, train_sd), paired=False)
+    # unpaired, the problems' own difficulty (Var p = 0.03, shared by both arms) is counted twice: (0.5 − t²) / m
+    assert unpaired.eval == pytest.approx((0.5 - 0.01**2 - train_sd**2) / m, rel=0.02)
+
+    # What the projection promises, against what twice the problems and twice the seeds really give
+    doubled = simulate_independent(rng, 2000, 2 * m, train_sd)
+    d2 = doubled[0].mean(axis=1) - doubled[1].mean(axis=1)
+    n = 20  # a real sweep's size: the projections for 20 seeds, from the variances measured above
+    real_2x_problems = stats.t.ppf(0.975, n - 1) * d2.std(ddof=1) / np.sqrt(n)
+    assert projected_half_width(split.train, split.eval, n, problems_factor=2) == pytest.approx(real_2x_problems,
+                                                                                               rel=0.05)  # fmt: skip
+    real_2x_seeds = stats.t.ppf(0.975, 2 * n - 1) * np.sqrt(split.total / (2 * n))
+    assert projected_half_width(split.train, split.eval, n, seeds_factor=2) == pytest.approx(real_2x_seeds, rel=0.05)
+    # here the evaluation dominates: doubling the problems pays less than doubling the seeds (which halves both)
+    assert split.half_width_2x_seeds < split.half_width_2x_problems < split.half_width
+
+
+def test_pairing_by_problem_keeps_what_both_arms_share_out_of_the_evaluation_part():
+    """Both arms score the same problems and mostly agree (greedy answers of two similar models): the arm flips
+    the baseline's 0/1 with probability q ± t_s (t_s ~ N(0, 0.02²) the training difference). Var(a_i − b_i) =
+    q − t², so the evaluation variance is (q − 0.02²) / m; the unpaired estimate (0.25 + 0.25) / m, five times it,
+    would call the whole paired variance evaluation and the training part 0."""
+    rng = np.random.default_rng(1)
+    seeds, m, q, train_sd = 2000, 300, 0.1, 0.02
+    base = (rng.random((seeds, m)) < 0.5).astype(float)
+    t = rng.normal(0.0, train_sd, (seeds, 1))
+    flip = rng.random((seeds, m)) < np.where(base == 0, q + t, q - t)
+    arm = np.where(flip, 1 - base, base)
+    split = split_of(arm, base)
+    assert split.eval == pytest.approx((q - train_sd**2) / m, rel=0.03)
+    assert split.train == pytest.approx(train_sd**2, abs=1e-4)  # SE of the total ~3.3e-5
+    unpaired = split_of(arm, base, paired=False)
+    assert unpaired.eval > 4 * split.eval and unpaired.train == 0.0 and unpaired.eval_share == 1.0
+
+
+def test_variance_split_errors():
+    with pytest.raises(ValueError, match="at least 2"):
+        variance_split([0.1], [0.01], 10)
+    with pytest.raises(ValueError, match="equal counts"):
+        eval_sampling_variance([1, 0], [1, 0, 1])
+    assert np.isnan(eval_sampling_variance([1.0], [0.0]))
+    assert np.isnan(projected_half_width(0.1, 0.1, 1))
+
+
+# ------------------------------------------------------------------------------------------- through hadw compare
+SCORES = {  # seed -> (baseline, arm) greedy scores on the seed's 4 held-out problems
+    0: ([1, 0, 1, 0], [1, 1, 1, 0]),
+    1: ([1, 1, 0, 0], [1, 1, 0, 0]),
+    2: ([0, 0, 0, 0], [1, 1, 1, 1]),
+}
+
+
+def problem_run(out: Path, arm: str, seed: int, scores: list[int], uids: list[str] | None = None) -> Path:
+    run_dir = out / arm / f"seed{seed}"
+    (run_dir / "final_model").mkdir(parents=True)
+    uids = uids or [f"addition:L1:{seed}:{i}" for i in range(len(scores))]
+    rows = [{"index": i, "uid": u, "source": "addition", "level": 1, "scores": [s]}
+            for i, (u, s) in enumerate(zip(uids, scores, strict=True))]  # fmt: skip
+    (run_dir / M.FINAL_EVAL_PROBLEMS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    acc = sum(scores) / len(scores)
+    final = {"all": {"count": 4.0, "greedy": acc}, "addition/L1": {"count": 4.0, "greedy": acc}}
+    (run_dir / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
+    (run_dir / M.METRICS_FILE).write_text(json.dumps({"step": 1, M.SCORE_MEAN: 0.5}) + "\n")
+    return run_dir
+
+
+@pytest.fixture
+def problem_out(tmp_path):
+    for seed, (base, arm) in SCORES.items():
+        problem_run(tmp_path, "grpo", seed, base)
+        problem_run(tmp_path, "hadw", seed, arm)
+    return tmp_path
+
+
+def test_the_split_of_a_sweep_by_hand(problem_out):
+    # differences 0.25, 0, 1: variance 0.270833; per seed var(a_i − b_i) / 4 = 0.0625, 0, 0 -> eval 0.0208333
+    result = cmp.aggregate(cmp.collect_runs(problem_out, ["grpo", "hadw"], [0, 1, 2]))
+    split = result.metrics["val/all/greedy"].splits["hadw"]
+    assert (split.n, split.problems, split.paired_by_problem) == (3, 4.0, True)
+    assert (split.total, split.eval, split.train) == pytest.approx((0.2708333, 0.0208333, 0.25), abs=1e-7)
+    assert split.half_width == pytest.approx(result.metrics["val/all/greedy"].diffs["hadw"].diff.half_width)
+    # 4.302653 √(0.2604167 / 3) and 2.570582 √(0.2708333 / 6)
+    assert (split.half_width_2x_problems, split.half_width_2x_seeds) == pytest.approx((1.267678, 0.546144), abs=1e-5)
+
+    # one seed's arm scored other problems: that seed is split unpaired, var(a)/4 + var(b)/4
+    for name in ("grpo", "hadw"):
+        for f in (problem_out / name / "seed0").iterdir():
+            f.unlink() if f.is_file() else f.rmdir()
+        (problem_out / name / "seed0").rmdir()
+    problem_run(problem_out, "grpo", 0, SCORES[0][0], uids=["x0", "x1", "x2", "x3"])
+    problem_run(problem_out, "hadw", 0, SCORES[0][1])
+    split = cmp.aggregate(cmp.collect_runs(problem_out, ["grpo", "hadw"], [0, 1, 2])).metrics["val/all/greedy"]
+    split = split.splits["hadw"]
+    # seed 0 unpaired: var([1,1,1,0]) / 4 + var([1,0,1,0]) / 4 = 0.0625 + 0.0833333
+    assert not split.paired_by_problem and split.eval == pytest.approx((0.0625 + 0.0833333) / 3, abs=1e-7)
+
+
+def test_compare_prints_the_split_and_names_runs_without_per_problem_results(problem_out):
+    result = CliRunner().invoke(build_app(), ["compare", "--out", str(problem_out), "--collect-only", "--smooth", "1"])
+    assert result.exit_code == 0, result.output
+    md = (problem_out / "compare.md").read_text()
+    assert "## Where the variance is: val/all/greedy" in md
+    assert "| hadw − grpo | 3 | 4 | 0.5204 | 0.1443 | 0.5000 | 8% | 1.2928 | 1.2677 | 0.5461 |" in md
+    assert "variance of the paired difference" in result.output
+    data = json.loads((problem_out / "compare.json").read_text())
+    assert data["metrics"]["val/all/greedy"]["variance_split"]["hadw"]["train"] == pytest.approx(0.25)
+
+    (problem_out / "grpo" / "seed1" / M.FINAL_EVAL_PROBLEMS_FILE).unlink()  # a run made before the file existed
+    again = CliRunner().invoke(build_app(), ["compare", "--out", str(problem_out), "--collect-only", "--smooth", "1",
+                                             "--overwrite"])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert "no split: grpo seed 1 has no final_eval_problems.jsonl" in (problem_out / "compare.md").read_text()
