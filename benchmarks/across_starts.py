@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -71,8 +70,8 @@ def run(args: argparse.Namespace) -> None:
                 if log.final is None:
                     continue
                 metrics = H.run_metrics(log, args.eval_size, args.k)
-                config = (log.run_dir / "config.yaml").read_bytes()
-                rows.append(_row(start, g, arm, seed, metrics, hashlib.sha256(config).hexdigest()))
+                # path-free (compare.config_hash): one recipe run on two machines hashes alike
+                rows.append(_row(start, g, arm, seed, metrics, log.config_hash))
         if g == groups[0]:  # the warm start itself, on every seed's problems (the same for every G)
             warm_dir = args.out / f"{start}_warm_eval"
             warm_dir.mkdir(parents=True, exist_ok=True)
@@ -88,9 +87,11 @@ def _cell(run_dir: Path, out: Path) -> tuple[str, int]:
     return start, int(g)
 
 
-def _row(start: str, g: int | None, arm: str, seed: int, metrics: dict, config_sha: str | None) -> dict:
+def _row(start: str, g: int | None, arm: str, seed: int, metrics: dict, config_hash: str | None) -> dict:
+    """One raw row. config_hash: hadw.experiments.compare.config_hash (path-free); rows written before issue 40 have
+    config_sha256 instead, the sha256 of config.yaml's bytes with this machine's absolute paths in it."""
     keep = {k: round(float(v), 6) for k, v in sorted(metrics.items()) if "/avg@" in k or "/greedy" in k}
-    return {"start": start, "group_size": g, "arm": arm, "seed": seed, "config_sha256": config_sha, "metrics": keep}
+    return {"start": start, "group_size": g, "arm": arm, "seed": seed, "config_hash": config_hash, "metrics": keep}
 
 
 # ------------------------------------------------------------------------------------------ analysis (raw -> tables)

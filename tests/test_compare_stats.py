@@ -155,3 +155,65 @@ def test_compare_prints_the_split_and_names_runs_without_per_problem_results(pro
                                              "--overwrite"])  # fmt: skip
     assert again.exit_code == 0, again.output
     assert "no split: grpo seed 1 has no final_eval_problems.jsonl" in (problem_out / "compare.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------- path-free config hash
+def recipe_yaml(root: Path, out: Path, sets: tuple[str, ...] = (), model: str = "tiny-start") -> tuple[str, Path]:
+    """config.yaml of arm 'hadw' seed 0 of a sweep in `out`, whose model and data file lie under `root`."""
+    from hadw.train.config import config_to_yaml, load_config
+
+    (root / "models" / model).mkdir(parents=True, exist_ok=True)
+    (root / "data.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    base = [f"model.path={root / 'models' / model}", f"data.source=file:{root / 'data.jsonl'}", *sets]
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("hadw", ("hadw.enabled=true",))], [0], out, base)
+    return config_to_yaml(load_config(None, list(spec.overrides))), spec.run_dir
+
+
+def test_one_recipe_in_two_folders_hashes_alike_and_a_setting_change_does_not(tmp_path):
+    import hashlib
+
+    here, _ = recipe_yaml(tmp_path / "machine_a", tmp_path / "machine_a" / "cmp")
+    there, _ = recipe_yaml(tmp_path / "elsewhere" / "b", tmp_path / "scratch" / "sweep")
+    assert str(tmp_path / "machine_a") in here  # the absolute paths are in config.yaml, so its bytes differ:
+    assert hashlib.sha256(here.encode()).digest() != hashlib.sha256(there.encode()).digest()  # the old hash
+    assert cmp.config_hash(here, tmp_path / "machine_a" / "cmp") == cmp.config_hash(
+        there, tmp_path / "scratch" / "sweep"
+    )
+    # a real change of the recipe still changes it: a setting, the seed, another model (by its folder's name)
+    changed = [
+        recipe_yaml(tmp_path / "machine_a", tmp_path / "machine_a" / "cmp", ("hadw.lam=2.0",))[0],
+        recipe_yaml(tmp_path / "machine_a", tmp_path / "machine_a" / "cmp", model="other-start")[0],
+        here.replace("seed: 0", "seed: 1"),
+    ]
+    hashes = {cmp.config_hash(text, tmp_path / "machine_a" / "cmp") for text in [here, *changed]}
+    assert len(hashes) == 4
+    # speed only: another --cpus-per-run is the same recipe (as compare's reuse check treats it)
+    assert cmp.config_hash(here.replace("num_threads: 1", "num_threads: 4")) == cmp.config_hash(here)
+
+
+def test_path_free_forms():
+    assert cmp.path_free("/models/SmolLM2-135M") == "SmolLM2-135M"
+    assert cmp.path_free("file:/data/x.jsonl") == "file:x.jsonl"
+    assert cmp.path_free("/sweep/warm/final_model", "/sweep") == "warm/final_model"  # inside the sweep folder
+    for kept in ("", "task:addition", "benchmark:math500", "hf:openai/gsm8k:main", "Qwen/Qwen2.5-0.5B-Instruct"):
+        assert cmp.path_free(kept) == kept
+    with pytest.raises(ValueError, match="mapping"):
+        cmp.config_hash("- a list\n")
+
+
+def test_an_existing_sweep_is_still_reused_and_its_runs_get_the_path_free_hash(tmp_path):
+    """A sweep made before the hash existed (its run folders hold config.yaml, nothing hashed): a re-run reuses its
+    finished run (the reuse check compares config.yaml itself, as before), and the report hashes each run's stored
+    config.yaml afresh, path-free: nothing stored needs migrating."""
+    out = tmp_path / "old_sweep"
+    text, run_dir = recipe_yaml(tmp_path, out)
+    problem_run(out, "hadw", 0, [1, 0, 1, 1])
+    (run_dir / "config.yaml").write_text(text)
+    (spec,) = cmp.plan_runs(None, [cmp.Arm("hadw", ("hadw.enabled=true",))], [0], out,
+                            [f"model.path={tmp_path / 'models' / 'tiny-start'}",
+                             f"data.source=file:{tmp_path / 'data.jsonl'}"])  # fmt: skip
+    assert cmp.execute_run(spec)["status"] == "reused"
+    result = cmp.aggregate(cmp.collect_runs(out, ["hadw"], [0]))
+    elsewhere, _ = recipe_yaml(tmp_path / "b", tmp_path / "b" / "sweep")
+    assert result.config_hashes == {"hadw": {0: cmp.config_hash(elsewhere, tmp_path / "b" / "sweep")}}
+    assert result.to_dict()["config_hashes"]["hadw"]["0"] == result.config_hashes["hadw"][0]

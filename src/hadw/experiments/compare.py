@@ -184,6 +184,61 @@ def _check_same_config(spec: RunSpec, cfg) -> None:
         )
 
 
+# ----------------------------------------------------------------------------------------- config hash
+# What a run's config hash leaves out: where the run and its inputs lie on this machine, not what it learns.
+# train.output_dir is the sweep folder + arm label; data.data_dir only where benchmark files are found;
+# train.num_threads is speed only (as _without_threads).
+_NOT_RECIPE = (("train", "output_dir"), ("train", "num_threads"), ("data", "data_dir"))
+_PATH_SETTINGS = (("model", "path"), ("data", "source"), ("data", "eval_source"))
+_SCHEMES = ("task:", "benchmark:", "hf:")
+
+
+def path_free(value: str, root: str | Path | None = None) -> str:
+    """A path setting without this machine's folders: relative to `root` (the sweep folder) when under it, else its
+    last component ("/models/SmolLM2-135M" -> "SmolLM2-135M", "file:/data/x.jsonl" -> "file:x.jsonl"). Names
+    with a scheme (task:, benchmark:, hf:) and Hub ids ("Qwen/Qwen2.5-0.5B": not absolute, no ./ ../ ~, not a path
+    here) are kept as they are."""
+    prefix, rest = ("file:", value[5:]) if value.startswith("file:") else ("", value)
+    if not rest or rest.startswith(_SCHEMES):
+        return value
+    looks_local = os.path.isabs(rest) or rest.startswith(("./", "../", "~")) or Path(rest).exists()
+    if not looks_local:
+        return value
+    path = Path(rest).expanduser()
+    if root is not None:
+        with contextlib.suppress(ValueError, OSError):
+            return prefix + path.resolve().relative_to(Path(root).resolve()).as_posix()
+    return prefix + (path.resolve().name if path.name in ("", ".", "..") else path.name)
+
+
+def config_hash(config: dict | str | Path, root: str | Path | None = None) -> str:
+    """sha256 (hex) of a run's settings in a path-free form, so that one recipe run on two machines (or in two
+    folders) hashes alike and any change of a setting changes it. config: the parsed config.yaml mapping, its
+    text, or its path. Left out: train.output_dir, train.num_threads, data.data_dir (_NOT_RECIPE); model.path,
+    data.source and data.eval_source go through path_free (relative to `root`, the sweep folder, else the last
+    component). (Before issue 40 a raw file's config_sha256 was the sha256 of config.yaml's bytes, absolute
+    paths included; that value is not this one.)"""
+    import hashlib
+
+    if isinstance(config, Path):
+        config = config.read_text(encoding="utf-8")
+    if isinstance(config, str):
+        from hadw.train.config import parse_yaml
+
+        config = parse_yaml(config, "config.yaml")
+    if not isinstance(config, dict):
+        raise ValueError(f"config_hash: expected the mapping of a config.yaml, got a {type(config).__name__}")
+    tree = json.loads(json.dumps(config))  # a deep copy, of plain JSON values
+    for section, name in _NOT_RECIPE:
+        if isinstance(tree.get(section), dict):
+            tree[section].pop(name, None)
+    for section, name in _PATH_SETTINGS:
+        value = tree.get(section, {}).get(name) if isinstance(tree.get(section), dict) else None
+        if isinstance(value, str):
+            tree[section][name] = path_free(value, root)
+    return hashlib.sha256(json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def execute_run(spec: RunSpec) -> dict:
     """Train one run (or reuse / resume it). Returns {"arm", "seed", "status", "error"}; never raises."""
     status = "?"
@@ -433,6 +488,7 @@ class RunLog:
     final: dict[str, float] | None  # final_eval.json flattened to val/<bucket>/<metric> (None: not finished)
     steps: list[dict]  # per-step records of metrics.jsonl
     problems: list[dict] | None = None  # final_eval_problems.jsonl (hadw.metrics.eval_problem_rows); None: none
+    config_hash: str | None = None  # config_hash of its config.yaml (path-free; None: no config.yaml)
 
 
 def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, RunLog]]:
@@ -450,8 +506,20 @@ def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int])
                 flat = M.flatten_eval(records.final_eval)
                 final = {k: float(v) for k, v in flat.items() if isinstance(v, int | float)}
                 problems = M.read_eval_problems(run_dir)
-            runs[arm][seed] = RunLog(arm, seed, run_dir, final, records.steps, problems)
+            runs[arm][seed] = RunLog(arm, seed, run_dir, final, records.steps, problems, _stored_hash(run_dir, out_dir))
     return runs
+
+
+def _stored_hash(run_dir: Path, out_dir: str | Path) -> str | None:
+    """config_hash of a run's config.yaml; None when it has none or it is not the YAML mapping a run writes (the
+    report is still made: the hash only labels the run)."""
+    stored = run_dir / "config.yaml"
+    if not stored.is_file():
+        return None
+    try:
+        return config_hash(stored, out_dir)
+    except (ValueError, OSError, UnicodeDecodeError):  # ConfigError is a ValueError
+        return None
 
 
 @dataclass
@@ -481,6 +549,7 @@ class CompareResult:
     method: str
     metrics: dict[str, MetricComparison] = field(default_factory=dict)
     missing: dict[str, list[int]] = field(default_factory=dict)  # arm -> seeds without a final record
+    config_hashes: dict[str, dict[int, str | None]] = field(default_factory=dict)  # arm -> seed -> config_hash
 
     def to_dict(self) -> dict:
         return {
@@ -489,6 +558,7 @@ class CompareResult:
             "confidence": self.confidence,
             "method": self.method,
             "missing": self.missing,
+            "config_hashes": {a: {str(s): h for s, h in by.items()} for a, by in self.config_hashes.items()},
             "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
         }
 
@@ -517,6 +587,7 @@ def aggregate(
         raise ValueError(f"baseline arm {baseline!r} is not one of {arms}")
     result = CompareResult(baseline, arms, confidence, method)
     result.missing = {a: sorted(s for s, log in by_seed.items() if log.final is None) for a, by_seed in runs.items()}
+    result.config_hashes = {a: {s: log.config_hash for s, log in sorted(by.items())} for a, by in runs.items()}
     for key in final_keys(runs, metric_names):
         values = {
             a: {s: log.final[key] for s, log in by_seed.items() if log.final and key in log.final}
