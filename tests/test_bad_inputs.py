@@ -1153,6 +1153,12 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("compare_confidence_2", ["compare", "--confidence", "2", "-o", "{dir}/c3"], ["--confidence"], "one-line"),
     ("compare_interval_unknown", ["compare", "--interval", "z", "-o", "{dir}/c4"], ["--interval"], "one-line"),
     (
+        "compare_robust_unknown",
+        ["compare", "--robust", "sign", "-o", "{dir}/c4r"],
+        ["--robust", "wilcoxon"],
+        "one-line",
+    ),
+    (
         "compare_smooth_zero",
         ["compare", "-a", "g:", "--seeds", "0", "--smooth", "0", "-o", "{dir}/c5"],
         ["--smooth"],

@@ -217,3 +217,36 @@ def test_an_existing_sweep_is_still_reused_and_its_runs_get_the_path_free_hash(t
     elsewhere, _ = recipe_yaml(tmp_path / "b", tmp_path / "b" / "sweep")
     assert result.config_hashes == {"hadw": {0: cmp.config_hash(elsewhere, tmp_path / "b" / "sweep")}}
     assert result.to_dict()["config_hashes"]["hadw"]["0"] == result.config_hashes["hadw"][0]
+
+
+# ------------------------------------------------------------------------------------------- --robust wilcoxon
+def test_wilcoxon_signed_rank_by_hand_beside_the_t_interval():
+    from hadw.experiments.stats import paired_difference, wilcoxon_p
+
+    # |d| ranks 5, 1, 2, 3, 4; W− = 2 (the one negative); exact two-sided P(min W ≤ 2) = 2 · 3/32 = 0.1875
+    assert wilcoxon_p([0.05, 0.01, -0.02, 0.03, 0.04]) == pytest.approx(0.1875)
+    assert np.isnan(wilcoxon_p([0.0, 0.0, 0.3]))  # one non-zero difference: no test
+    base = {s: 0.5 for s in range(8)}
+    arm = {s: 0.5 - 0.01 * (s + 1) for s in range(7)} | {7: 0.9}  # seven small harms, one far-out gain
+    plain = paired_difference(arm, base)
+    robust = paired_difference(arm, base, robust="wilcoxon")
+    assert robust.diff == plain.diff and robust.p_value == plain.p_value  # beside the t interval, never instead
+    assert plain.wilcoxon_p is None and "wilcoxon_p" not in plain.to_dict()
+    # the t test sees no harm (the outlier widens it); the ranks see seven of eight below 0: W+ = 8 of 36
+    assert plain.p_value > 0.5 and robust.wilcoxon_p == pytest.approx(2 * 25 / 256)  # P(W ≤ 8) = 25/256, exact
+    with pytest.raises(ValueError, match="allowed: none, wilcoxon"):
+        paired_difference(arm, base, robust="sign")
+
+
+def test_compare_robust_flag(problem_out):
+    args = ["compare", "--out", str(problem_out), "--collect-only", "--smooth", "1"]
+    result = CliRunner().invoke(build_app(), [*args, "--robust", "wilcoxon"])
+    assert result.exit_code == 0, result.output
+    md = (problem_out / "compare.md").read_text()
+    # differences 0.25, 0, 1: the zero dropped, W− = 0 of n = 2, exact two-sided p = 0.5; t p beside it
+    assert "| p (hadw) | Wilcoxon p (hadw) |" in md and "| +0.417 [-0.876, +1.709] | 0.300 | 0.500 |" in md
+    data = json.loads((problem_out / "compare.json").read_text())
+    assert data["robust"] == "wilcoxon" and data["metrics"]["val/all/greedy"]["diffs"]["hadw"]["wilcoxon_p"] == 0.5
+    bad = CliRunner().invoke(build_app(), [*args, "--robust", "sign"])
+    assert bad.exit_code == 2 and "'--robust'" in bad.output and "allowed: none, wilcoxon" in bad.output
+    assert "Traceback" not in bad.output

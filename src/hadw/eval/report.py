@@ -107,11 +107,13 @@ def compare_rows(result, metric_name: str = M.GREEDY, primary: str | None = None
         key=lambda k: bucket_order(M.split_val_key(k)[0]),
     )
     others = [a for a in result.arms if a != result.baseline]
+    robust = getattr(result, "robust", "none") != "none"  # --robust wilcoxon: its p beside the t test's
     headers = [
         "bucket",
         *(f"{a} (n)" for a in result.arms),
         *(f"{a} − {result.baseline} [paired]" for a in others),
         *(f"p ({a})" for a in others),
+        *(f"Wilcoxon p ({a})" for a in others if robust),
         *(f"MDE ({a})" for a in others),
         *(["role"] if primary else []),
     ]
@@ -122,6 +124,7 @@ def compare_rows(result, metric_name: str = M.GREEDY, primary: str | None = None
         cells += [f"{interval_cell(m.arms.get(a))} ({m.arms[a].n})" if a in m.arms else "—" for a in result.arms]
         cells += [interval_cell(m.diffs[a].diff, signed=True) if a in m.diffs else "—" for a in others]
         cells += [fmt(m.diffs[a].p_value) if a in m.diffs else "—" for a in others]
+        cells += [fmt(m.diffs[a].wilcoxon_p) if a in m.diffs else "—" for a in others if robust]
         cells += [fmt(m.diffs[a].mde) if a in m.diffs else "—" for a in others]
         if primary:
             cells.append("**primary**" if key == primary else "exploratory")

@@ -124,6 +124,15 @@ def compare_cmd(
         float, typer.Option("--confidence", help="Confidence level of the intervals, in (0, 1).")
     ] = 0.95,
     method: Annotated[str, typer.Option("--interval", help="t (Student t over seeds) | bootstrap (percentile).")] = "t",
+    robust: Annotated[
+        str,
+        typer.Option(
+            "--robust",
+            help="none | wilcoxon: also the Wilcoxon signed-rank p of the paired differences, a secondary test beside "
+            "the t interval and p (robust to one far-out seed), never in their place. Default none: one pre-stated "
+            "test, no second look unless asked.",
+        ),
+    ] = "none",
     primary: Annotated[
         str | None,
         typer.Option(
@@ -207,6 +216,8 @@ def compare_cmd(
         raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
     if not 0 < confidence < 1:
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
+    if robust not in ("none", "wilcoxon"):  # = stats.ROBUST_TESTS, not imported: a bad option fails without scipy
+        raise typer.BadParameter(f"{robust!r}; allowed: none, wilcoxon", param_hint="'--robust'")
     if launcher not in ("local", "ray", "slurm"):
         raise typer.BadParameter(f"{launcher!r}; allowed: local, ray, slurm", param_hint="'--launcher'")
     check_range("--max-parallel", max_parallel, 1, 100_000)
@@ -304,7 +315,7 @@ def compare_cmd(
     for r in failed:  # e.g. a run dir made with another config: never report it as this one
         runs[r["arm"]].pop(r["seed"], None)
     try:
-        result = cmp.aggregate(runs, baseline, metric, confidence, method)
+        result = cmp.aggregate(runs, baseline, metric, confidence, method, robust)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'--baseline'") from None
     if not result.metrics and failed:  # every run failed (each named above): a failed sweep, not a bad --out
@@ -322,7 +333,9 @@ def compare_cmd(
     sections = []
     legend = (f"Primary comparison: `{primary_key}`; every other row is exploratory. " if primary_key else "") + (
         "MDE: the smallest true difference these seeds detect with 80 % power (paired t, α = 0.05) at the observed "
-        "SD of the differences.")  # fmt: skip
+        "SD of the differences."
+        + (" Wilcoxon p: the signed-rank test of the same paired differences, a secondary test (--robust); the "
+           "interval and p are the t test's." if robust != "none" else ""))  # fmt: skip
     for name in metric:
         headers, rows = compare_rows(result, name, primary_key)
         sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))

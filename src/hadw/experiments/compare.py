@@ -548,6 +548,7 @@ class CompareResult:
     confidence: float
     method: str
     metrics: dict[str, MetricComparison] = field(default_factory=dict)
+    robust: str = "none"  # the secondary test beside each paired t interval (stats.ROBUST_TESTS)
     missing: dict[str, list[int]] = field(default_factory=dict)  # arm -> seeds without a final record
     config_hashes: dict[str, dict[int, str | None]] = field(default_factory=dict)  # arm -> seed -> config_hash
 
@@ -557,6 +558,7 @@ class CompareResult:
             "arms": self.arms,
             "confidence": self.confidence,
             "method": self.method,
+            "robust": self.robust,
             "missing": self.missing,
             "config_hashes": {a: {str(s): h for s, h in by.items()} for a, by in self.config_hashes.items()},
             "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
@@ -579,13 +581,15 @@ def aggregate(
     metric_names: Sequence[str] = (M.GREEDY,),
     confidence: float = 0.95,
     method: str = "t",
+    robust: str = "none",
 ) -> CompareResult:
-    """Per final metric key: each arm's mean and interval over seeds, and its paired difference to the baseline."""
+    """Per final metric key: each arm's mean and interval over seeds, and its paired difference to the baseline
+    (with robust="wilcoxon" also its Wilcoxon signed-rank p-value, beside the t interval)."""
     arms = list(runs)
     baseline = baseline or arms[0]
     if baseline not in runs:
         raise ValueError(f"baseline arm {baseline!r} is not one of {arms}")
-    result = CompareResult(baseline, arms, confidence, method)
+    result = CompareResult(baseline, arms, confidence, method, robust=robust)
     result.missing = {a: sorted(s for s, log in by_seed.items() if log.final is None) for a, by_seed in runs.items()}
     result.config_hashes = {a: {s: log.config_hash for s, log in sorted(by.items())} for a, by in runs.items()}
     for key in final_keys(runs, metric_names):
@@ -597,7 +601,7 @@ def aggregate(
         diffs = {}
         for arm in arms:
             if arm != baseline and set(values.get(arm, {})) & set(values.get(baseline, {})):
-                diffs[arm] = paired_difference(values[arm], values[baseline], confidence, method)
+                diffs[arm] = paired_difference(values[arm], values[baseline], confidence, method, robust)
         splits = {arm: split_variance(runs, arm, baseline, key, d.seeds, confidence) for arm, d in diffs.items()}
         result.metrics[key] = MetricComparison(key, arms_iv, values, diffs, splits)
     return result

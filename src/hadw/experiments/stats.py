@@ -13,6 +13,8 @@ import numpy as np
 from scipy import stats
 
 METHODS = ("t", "bootstrap")
+# Secondary tests `hadw compare --robust` reports beside the t interval (never in its place).
+ROBUST_TESTS = ("none", "wilcoxon")
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class PairedDifference:
     diff: Interval
     seeds: list[int]
     p_value: float  # two-sided paired t-test (scipy.stats.ttest_rel); nan with < 2 pairs or zero spread
+    wilcoxon_p: float | None = None  # --robust wilcoxon: wilcoxon_p of the same differences; None when not asked
 
     @property
     def mde(self) -> float:
@@ -99,7 +102,8 @@ class PairedDifference:
         return minimal_detectable_effect(self.diff.n, self.diff.std)
 
     def to_dict(self) -> dict:
-        return {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value, "mde_80": self.mde}
+        out = {"diff": self.diff.to_dict(), "seeds": self.seeds, "p_value": self.p_value, "mde_80": self.mde}
+        return out if self.wilcoxon_p is None else {**out, "wilcoxon_p": self.wilcoxon_p}
 
 
 def paired_difference(
@@ -107,8 +111,10 @@ def paired_difference(
     baseline: dict[int, float],
     confidence: float = 0.95,
     method: str = "t",
+    robust: str = "none",
 ) -> PairedDifference:
-    """Pair the two arms by seed (seed -> value) and take the interval of treatment − baseline."""
+    """Pair the two arms by seed (seed -> value) and take the interval of treatment − baseline. robust
+    ("none" | "wilcoxon", ROBUST_TESTS): also the Wilcoxon signed-rank p-value of the differences (wilcoxon_p)."""
     seeds = sorted(set(treatment) & set(baseline))
     if not seeds:
         raise ValueError(f"paired_difference: no common seeds ({sorted(treatment)} vs {sorted(baseline)})")
@@ -118,7 +124,20 @@ def paired_difference(
     p_value = float("nan")
     if d.size > 1 and not np.all(d == d[0]):
         p_value = float(stats.ttest_rel(a, b).pvalue)
-    return PairedDifference(interval(d, confidence, method), seeds, p_value)
+    if robust not in ROBUST_TESTS:
+        raise ValueError(f"unknown robust test {robust!r}; allowed: {', '.join(ROBUST_TESTS)}")
+    robust_p = wilcoxon_p(d) if robust == "wilcoxon" else None
+    return PairedDifference(interval(d, confidence, method), seeds, p_value, robust_p)
+
+
+def wilcoxon_p(diffs: Sequence[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of "the differences are symmetric about 0" (scipy.stats.wilcoxon:
+    exact for small n without ties, zero differences dropped as Wilcoxon did). A secondary check beside the t
+    interval, robust to one far-out seed; nan with fewer than 2 non-zero differences."""
+    d = _values(diffs, "wilcoxon_p")
+    if np.count_nonzero(d) < 2:
+        return float("nan")
+    return float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
 # ----------------------------------------------------------------------------------------------- power
