@@ -1152,6 +1152,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     # --- compare
     ("compare_confidence_2", ["compare", "--confidence", "2", "-o", "{dir}/c3"], ["--confidence"], "one-line"),
     ("compare_interval_unknown", ["compare", "--interval", "z", "-o", "{dir}/c4"], ["--interval"], "one-line"),
+    ("compare_max_seeds_alone", ["compare", "--max-seeds", "9", "-o", "{dir}/c4s"], ["--max-seeds"], "one-line"),
+    (
+        "compare_margin_negative",
+        ["compare", "--sequential", "--equivalence-margin", "-0.1", "-o", "{dir}/c4m"],
+        ["--equivalence-margin", "> 0"],
+        "one-line",
+    ),
     (
         "compare_robust_unknown",
         ["compare", "--robust", "sign", "-o", "{dir}/c4r"],

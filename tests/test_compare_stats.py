@@ -250,3 +250,134 @@ def test_compare_robust_flag(problem_out):
     bad = CliRunner().invoke(build_app(), [*args, "--robust", "sign"])
     assert bad.exit_code == 2 and "'--robust'" in bad.output and "allowed: none, wilcoxon" in bad.output
     assert "Traceback" not in bad.output
+
+
+# ------------------------------------------------------------------------------------------- --sequential
+def test_the_confidence_sequence_is_where_the_mixture_martingale_crosses_one_over_alpha():
+    from hadw.experiments.stats import cs_half_width
+
+    d = np.random.default_rng(3).normal(0.02, 0.015, 12)
+    n, mean, ss = d.size, d.mean(), ((d - d.mean()) ** 2).sum()
+    half = float(cs_half_width(n, ss))
+    for mu in (mean - half, mean + half):  # M_n(μ) = (1 + n)^(-1/2) (A / (A − S² / (1 + n)))^(n/2) with τ = 1
+        s, a = (d - mu).sum(), ((d - mu) ** 2).sum()
+        assert (1 + n) ** -0.5 * (a / (a - s**2 / (1 + n))) ** (n / 2) == pytest.approx(1 / 0.05, rel=1e-9)
+    assert np.isinf(cs_half_width(4, 1.0)) and np.isfinite(cs_half_width(5, 1.0))  # too few pairs: no bound
+    # wider than the fixed-n t interval, the price of looking at every round
+    assert half > stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n)
+
+
+def coverage(n_seq: int, seeds: int, looks: np.ndarray, effect: float, sd: float, seed: int) -> tuple[float, float]:
+    """Share of n_seq simulated studies (i.i.d. normal paired differences, mean `effect`) whose interval covers the
+    effect at every look (looks: 1-based seed counts): (the confidence sequence's, the fixed-n t interval's)."""
+    from hadw.experiments.stats import confidence_sequence
+
+    d = np.random.default_rng(seed).normal(effect, sd, (n_seq, seeds))
+    cs_ok = np.ones(n_seq, bool)
+    for i, row in enumerate(d):
+        low, high = confidence_sequence(row)
+        cs_ok[i] = np.all((low[looks - 1] <= effect) & (effect <= high[looks - 1]))
+    n = np.arange(1, seeds + 1)
+    mean = np.cumsum(d, axis=1) / n
+    sem = np.sqrt(np.maximum(np.cumsum(d**2, axis=1) - n * mean**2, 0) / np.maximum(n - 1, 1) / n)
+    half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sem
+    t_ok = np.all(np.abs(mean - effect)[:, looks - 1] <= half[:, looks - 1], axis=1)
+    return float(cs_ok.mean()), float(t_ok.mean())
+
+
+def test_the_confidence_sequence_covers_a_known_effect_under_peeking_and_the_t_interval_does_not():
+    mc = 3 * np.sqrt(0.95 * 0.05 / 2000)  # 3 Monte Carlo standard errors at the nominal rate: 0.0146
+    # --sequential's grain: a first round of 5 seeds, rounds of 5, looked at after each, up to 40
+    cs_rounds, t_rounds = coverage(2000, 40, np.arange(5, 41, 5), effect=0.004, sd=0.013, seed=0)
+    assert cs_rounds >= 0.95 - mc
+    assert t_rounds < 0.90 and t_rounds < cs_rounds - 0.05  # the naive interval, looked at 8 times
+    # looking after every seed from the second: the sequence still covers; the t interval much less
+    cs_every, t_every = coverage(2000, 40, np.arange(2, 41), effect=-0.01, sd=0.02, seed=1)
+    assert cs_every >= 0.95 - mc and t_every < 0.80
+    print(f"coverage: CS {cs_rounds:.4f} / t {t_rounds:.4f} (8 looks); CS {cs_every:.4f} / t {t_every:.4f} (39 looks)")
+
+
+def test_sequential_decisions():
+    from hadw.experiments.stats import sequential_verdict
+
+    rng = np.random.default_rng(5)
+    harm = rng.normal(-0.05, 0.02, 10)
+    v = sequential_verdict(harm)
+    assert v.decision == "effect" and v.high < 0 and v.n == 10 and v.t_low > v.low  # the sequence is the wider
+    small = rng.normal(0.0, 0.005, 20) - 0.001
+    assert sequential_verdict(small, margin=0.01).decision == "equivalent"
+    assert sequential_verdict(small).decision == "continue"  # no margin: only an effect or the cap stops it
+    assert sequential_verdict(small, max_n=20).decision == "cap"
+    assert sequential_verdict(small[:4], margin=1.0).decision == "continue"  # 4 pairs: the sequence is infinite
+
+
+def planted_execute(effect: float, sd: float, log: list):
+    """A stand-in for the runs (cli._execute): each arm/seed folder gets a final evaluation, the arm's value
+    baseline + effect + N(0, sd²) drawn from the seed; a folder already finished is reused, as a real re-run does."""
+
+    def execute(specs, launcher, options, out, workers):
+        statuses = []
+        for spec in specs:
+            if cmp.is_finished(spec.run_dir):
+                statuses.append({"arm": spec.arm, "seed": spec.seed, "status": "reused", "error": None})
+                continue
+            noise = np.random.default_rng(spec.seed).normal(0.0, sd)
+            value = 0.5 + (effect + noise if spec.arm == "hadw" else 0.0)
+            (spec.run_dir / "final_model").mkdir(parents=True)
+            final = {"all": {"count": 300.0, "greedy": value}}
+            (spec.run_dir / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
+            (spec.run_dir / M.METRICS_FILE).write_text(json.dumps({"step": 1, M.SCORE_MEAN: value}) + "\n")
+            log.append((spec.arm, spec.seed))
+            statuses.append({"arm": spec.arm, "seed": spec.seed, "status": "trained", "error": None})
+        return statuses
+
+    return execute
+
+
+def test_compare_sequential_adds_rounds_until_the_sequence_decides_and_resumes(tmp_path, monkeypatch):
+    from hadw.experiments import cli as compare_cli
+    from hadw.experiments.stats import confidence_sequence
+
+    trained: list = []
+    monkeypatch.setattr(compare_cli, "_execute", planted_execute(0.05, 0.02, trained))
+    out = tmp_path / "seq"
+    args = ["compare", "--out", str(out), "--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0-4",
+            "--sequential", "--smooth", "1"]  # fmt: skip
+    capped = CliRunner().invoke(build_app(), [*args, "--max-seeds", "5"])  # stopped by the cap after round 1
+    assert capped.exit_code == 0, capped.output
+    assert "round 1: 5 seeds" in capped.output and ": cap" in capped.output and len(trained) == 10
+    result = CliRunner().invoke(build_app(), [*args, "--max-seeds", "30"])  # the same study, a larger cap: goes on
+    assert result.exit_code == 0, result.output
+    # round 1 is reused (no run twice), round 2 (seeds 5-9) trained; its sequence excludes 0: the study stops
+    assert len(trained) == 20 and sorted({s for _, s in trained}) == list(range(10))
+    assert "round 2: 10 seeds" in result.output and "round 3" not in result.output
+    d = [0.05 + np.random.default_rng(s).normal(0.0, 0.02) for s in range(10)]
+    low, high = confidence_sequence(d)
+    assert low[-1] > 0  # the planted effect, found at 10 seeds
+    data = json.loads((out / "compare.json").read_text())
+    verdict = data["sequential"]["verdicts"]["hadw"]
+    assert verdict["decision"] == "effect" and verdict["n"] == 10
+    assert (verdict["low"], verdict["high"]) == pytest.approx((low[-1], high[-1]), abs=1e-12)
+    assert json.loads((out / cmp.MANIFEST).read_text())["seeds"] == list(range(10))  # --collect-only finds them
+    assert "## Sequential: val/all/greedy" in (out / "compare.md").read_text()
+    again = CliRunner().invoke(build_app(), [*args, "--max-seeds", "30"])  # replayed: nothing trained
+    assert again.exit_code == 0 and len(trained) == 20 and "0 trained" in again.output, again.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--max-seeds", "10"], "--max-seeds is for --sequential"),
+        (["--equivalence-margin", "0.01"], "--equivalence-margin is for --sequential"),
+        (["--sequential", "--equivalence-margin", "-1"], "allowed: a number > 0"),
+        (["--sequential", "--max-seeds", "1"], "--max-seeds"),
+        (["--sequential", "--seeds", "0-9", "--max-seeds", "5"], "more than --max-seeds 5"),
+    ],
+)
+def test_sequential_flags_refused_in_one_line(tmp_path, extra, needle):
+    result = CliRunner().invoke(build_app(), ["compare", "--out", str(tmp_path / "x"), "--arm", "g:", *extra])
+    assert result.exit_code == 2 and needle in flat_output(result.output) and "Traceback" not in result.output
+
+
+def flat_output(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())

@@ -141,6 +141,39 @@ def compare_cmd(
             "is labelled exploratory. Default: all/<the first avg@K of --metric>, else all/<first metric>.",
         ),
     ] = None,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="Add seeds in rounds until the primary comparison is answered: its confidence sequence (valid "
+            "however often it is looked at; docs/compare.md) excludes 0, or lies within ±--equivalence-margin, or "
+            "--max-seeds is reached. The first round is --seeds; a re-run replays the rounds (finished runs reused).",
+        ),
+    ] = False,
+    round_size: Annotated[
+        int | None,
+        typer.Option(
+            "--round-size",
+            help="--sequential: seeds added per round, after the largest so far (default: as many as --seeds; "
+            "larger rounds use the machines better, smaller ones stop sooner).",
+        ),
+    ] = None,
+    max_seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--max-seeds",
+            help="--sequential: stop at this many seeds per arm whatever the answer (the compute a question may "
+            "take; default 40: the sequence then resolves about 0.8 SD of the paired differences).",
+        ),
+    ] = None,
+    equivalence_margin: Annotated[
+        float | None,
+        typer.Option(
+            "--equivalence-margin",
+            help="--sequential: also stop once the sequence lies within ±M: the difference is shown smaller than M "
+            "(in the metric's units, e.g. 0.01 = one accuracy point). Default: stop only on an effect or the cap.",
+        ),
+    ] = None,
     json_path: Annotated[str | None, JsonOption] = None,
     # Where the runs execute (hadw.experiments.launchers); --out must be on storage every node sees.
     launcher: Annotated[
@@ -216,6 +249,8 @@ def compare_cmd(
         raise typer.BadParameter(f"{method!r}; allowed: t, bootstrap", param_hint="'--interval'")
     if not 0 < confidence < 1:
         raise typer.BadParameter("must be in (0, 1)", param_hint="'--confidence'")
+    _check_sequential(sequential, round_size, max_seeds, equivalence_margin)
+    max_seeds = max_seeds or DEFAULT_MAX_SEEDS
     if robust not in ("none", "wilcoxon"):  # = stats.ROBUST_TESTS, not imported: a bad option fails without scipy
         raise typer.BadParameter(f"{robust!r}; allowed: none, wilcoxon", param_hint="'--robust'")
     if launcher not in ("local", "ray", "slurm"):
@@ -247,6 +282,9 @@ def compare_cmd(
     if launcher == "ray" and launch_options is not None and ray_runtime_env is not None:
         launch_options.runtime_env = _runtime_env(ray_runtime_env)
     seed_list = parse_ints(seeds or "0-4", "--seeds")
+    if sequential and len(seed_list) > max_seeds:
+        raise typer.BadParameter(f"{len(seed_list)} seeds in the first round, more than --max-seeds {max_seeds}; "
+                                 "allowed: at most --max-seeds", param_hint="'--seeds'")  # fmt: skip
     check_range("--jobs", jobs, 1, 1024)
     workers = min(jobs or 1, max_parallel or jobs or 1)  # local: --max-parallel caps --jobs
     check_range("--smooth", smooth, 1)
@@ -280,17 +318,21 @@ def compare_cmd(
         if dry_run:
             _print_dry_run(specs, launcher, launch_options, out, workers)
             return
-        cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
-        if launcher == "local":
-            bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
-            try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
-                statuses = cmp.run_all(specs, workers, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
-            finally:
-                bar.close()
+        run = functools.partial(_execute, launcher=launcher, options=launch_options, out=out, workers=workers)
+        if sequential:
+            if baseline is not None and baseline not in [a.name for a in arms]:  # before any round, not after one
+                raise typer.BadParameter(f"baseline arm {baseline!r} is not one of {[a.name for a in arms]}",
+                                         param_hint="'--baseline'")  # fmt: skip
+            plan = functools.partial(cmp.plan_runs, config, arms, out_dir=out, base_overrides=override,
+                                     threads_per_run=threads)  # fmt: skip
+            write = lambda seeds: cmp.write_manifest(out, arms, seeds, config, override, overwrite)
+            size = round_size or len(seed_list)
+            rounds = _SequentialRounds(plan, write, run, out, [a.name for a in arms], baseline, metric, primary,
+                                       confidence, size, max_seeds, equivalence_margin)  # fmt: skip
+            seed_list, statuses = rounds.run(seed_list)
         else:
-            from hadw.experiments.launchers import launch
-
-            statuses = launch(specs, launcher, launch_options, out)
+            cmp.write_manifest(out, arms, seed_list, config, override, overwrite)
+            statuses = run(specs)
         failed = [r for r in statuses if r["status"] == "failed"]
         for r in failed:
             typer.echo(f"run {r['arm']} seed {r['seed']} failed: {r['error']}", err=True)
@@ -349,6 +391,12 @@ def compare_cmd(
         )
         if json_path != "-" and rows:
             Console().print(rich_table(f"variance of the paired difference, {primary_key}", headers, rows))
+    sequential_data = None
+    if sequential and primary_key is not None:
+        headers, rows, sequential_data = _sequential_rows(result, primary_key, max_seeds, equivalence_margin)
+        sections.append(f"## Sequential: {primary_key}\n\n{SEQUENTIAL_LEGEND}\n\n" + markdown_table(headers, rows))
+        if json_path != "-":
+            Console().print(rich_table(f"sequential: {primary_key}", headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
     from hadw.safe_files import markdown_marker
@@ -361,6 +409,8 @@ def compare_cmd(
     )
     cmp.write_report(out, cmp.COMPARE_MD, markdown_marker("compare") + report, overwrite)
     data = {**result.to_dict(), "primary": primary_key}
+    if sequential_data is not None:
+        data["sequential"] = sequential_data
     marked = {"written_by": "hadw compare", **jsonable(data)}
     cmp.write_report(out, cmp.COMPARE_JSON, json.dumps(marked, indent=1) + "\n", overwrite)
     _write_json(json_path, data, "compare", overwrite)
@@ -368,6 +418,108 @@ def compare_cmd(
         typer.echo(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {png}")
     if failed:
         raise typer.Exit(1)
+
+
+# --sequential's cap: a study stops at 40 seeds per arm whatever the answer (the compute one question may take);
+# there the sequence's half-width is about 0.53 SD of the paired differences (a t interval's: 0.32).
+DEFAULT_MAX_SEEDS = 40
+SEQUENTIAL_LEGEND = (
+    "Confidence sequence: an interval for arm − baseline valid at every round at once, however often it is looked "
+    "at (Lai 1976; Howard et al. 2021; docs/compare.md), so the study may stop as soon as it excludes 0 (effect) "
+    "or lies within ± the equivalence margin (equivalent). The t interval beside it is the fixed-n one, for "
+    "contrast: read after every round it covers less than its level."
+)
+
+
+def _check_sequential(sequential: bool, round_size: int | None, max_seeds: int | None, margin: float | None) -> None:
+    """The --sequential flags: in range, and never given without --sequential (they would do nothing)."""
+    import math
+
+    given = {"--round-size": round_size is not None, "--equivalence-margin": margin is not None,
+             "--max-seeds": max_seeds is not None}  # fmt: skip
+    for flag, used in given.items():
+        if used and not sequential:
+            raise typer.BadParameter(f"{flag} is for --sequential; without it it would do nothing",
+                                     param_hint=f"'{flag}'")  # fmt: skip
+    check_range("--round-size", round_size, 1, 10_000)
+    check_range("--max-seeds", max_seeds, 2, 100_000)
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise typer.BadParameter(f"{margin}; allowed: a number > 0 (in the metric's units, e.g. 0.01)",
+                                 param_hint="'--equivalence-margin'")  # fmt: skip
+
+
+def _execute(specs, launcher: str, options, out: Path, workers: int) -> list[dict]:
+    """Run specs where --launcher says (finished runs reused, interrupted ones resumed); their statuses."""
+    from hadw.experiments import compare as cmp
+
+    if launcher == "local":
+        bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
+        try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
+            return cmp.run_all(specs, workers, lambda r: bar.update(1, last=f"{r['arm']}/{r['seed']}"))
+        finally:
+            bar.close()
+    from hadw.experiments.launchers import launch
+
+    return launch(specs, launcher, options, out)
+
+
+class _SequentialRounds:
+    """--sequential: run a round of seeds, look at the primary comparison's confidence sequence, add a round, until
+    every arm − baseline is decided (stats.sequential_verdict) or --max-seeds. The rounds depend only on the
+    results, so the same command run again replays them: finished runs are reused, an interrupted one resumes, and
+    the study goes on where it stopped. A round with a failed run ends the rounds (more seeds would not mend it)."""
+
+    def __init__(self, plan, write, run, out, names, baseline, metric, primary, confidence, round_size, max_seeds,
+                 margin):  # fmt: skip
+        self.plan, self.write, self.execute, self.out, self.names = plan, write, run, out, names
+        self.baseline, self.metric, self.primary, self.confidence = baseline, metric, primary, confidence
+        self.round_size, self.max_seeds, self.margin = round_size, max_seeds, margin
+
+    def run(self, first: list[int]) -> tuple[list[int], list[dict]]:
+        from hadw.experiments import compare as cmp
+
+        seeds, todo, statuses = list(first), list(first), []
+        for number in range(1, 10**6):
+            self.write(seeds)  # the manifest names every seed so far: --collect-only finds them
+            done = self.execute(self.plan(seeds=todo))
+            statuses += done
+            if any(r["status"] == "failed" for r in done):
+                typer.echo(f"round {number}: a run failed; the rounds stop here (re-run to retry it)", err=True)
+                break
+            verdicts = self.verdicts(cmp.collect_runs(self.out, self.names, seeds))
+            for arm, v in verdicts.items():
+                typer.echo(f"round {number}: {v.n} seeds, {arm}: {v.mean:+.4f}, {self.confidence:.0%} confidence "
+                           f"sequence [{v.low:+.4f}, {v.high:+.4f}]: {v.decision}", err=True)  # fmt: skip
+            if all(v.decision != "continue" for v in verdicts.values()) or len(seeds) >= self.max_seeds:
+                break
+            todo = list(range(max(seeds) + 1, max(seeds) + 1 + min(self.round_size, self.max_seeds - len(seeds))))
+            seeds += todo
+        return seeds, statuses
+
+    def verdicts(self, runs) -> dict:
+        from hadw.experiments import compare as cmp
+
+        result = cmp.aggregate(runs, self.baseline, self.metric, self.confidence)
+        key = primary_metric_key(self.primary, self.metric)
+        if key not in result.metrics:
+            raise typer.BadParameter(f"{key!r}: the sequential rounds need this final metric; the runs have "
+                                     f"{sorted(result.metrics)}", param_hint="'--primary'")  # fmt: skip
+        return cmp.sequential_verdicts(result.metrics[key], result.baseline, self.max_seeds, self.margin,
+                                       self.confidence)  # fmt: skip
+
+
+def _sequential_rows(result, key: str, max_seeds: int, margin: float | None):
+    """The report's sequential table on final key `key`, and its compare.json entry."""
+    from hadw.experiments import compare as cmp
+
+    verdicts = cmp.sequential_verdicts(result.metrics[key], result.baseline, max_seeds, margin, result.confidence)
+    headers = ["arm − baseline", "seeds", "mean", f"{result.confidence:.0%} confidence sequence",
+               "t interval (fixed n)", "decision"]  # fmt: skip
+    rows = [[f"{arm} − {result.baseline}", str(v.n), f"{v.mean:+.4f}", f"[{v.low:+.4f}, {v.high:+.4f}]",
+             f"[{v.t_low:+.4f}, {v.t_high:+.4f}]", v.decision] for arm, v in verdicts.items()]  # fmt: skip
+    data = {"key": key, "max_seeds": max_seeds, "equivalence_margin": margin,
+            "verdicts": {arm: v.to_dict() for arm, v in verdicts.items()}}  # fmt: skip
+    return headers, rows, data
 
 
 def _check_jobs(jobs: int | None, launcher: str, ray_address: str) -> None:

@@ -34,10 +34,12 @@ from hadw.errors import SignalStop
 from hadw.experiments.stats import (
     Interval,
     PairedDifference,
+    SequentialVerdict,
     VarianceSplit,
     eval_sampling_variance,
     interval,
     paired_difference,
+    sequential_verdict,
     variance_split,
 )
 from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
@@ -655,6 +657,19 @@ def split_variance(
     if not np.all(np.isfinite(evs)):
         return "a seed with fewer than 2 held-out problems in this bucket"
     return variance_split(diffs, evs, float(np.mean(sizes)), paired_all, confidence)
+
+
+def sequential_verdicts(
+    metric: MetricComparison, baseline: str, max_seeds: int | None, margin: float | None, confidence: float
+) -> dict[str, SequentialVerdict]:
+    """Each arm − baseline's sequential_verdict on one final key, its paired differences in seed order (the order
+    --sequential adds seeds in)."""
+    return {
+        arm: sequential_verdict(
+            [metric.values[arm][s] - metric.values[baseline][s] for s in diff.seeds], margin, max_seeds, confidence
+        )
+        for arm, diff in metric.diffs.items()
+    }
 
 
 def variance_rows(result: CompareResult, key: str) -> tuple[list[str], list[list[str]]]:
