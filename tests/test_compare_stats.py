@@ -381,3 +381,15 @@ def test_sequential_flags_refused_in_one_line(tmp_path, extra, needle):
 
 def flat_output(text: str) -> str:
     return " ".join(text.replace("│", " ").split())
+
+
+def test_a_split_with_no_paired_variance_reads_a_dash_not_nan(problem_out):
+    for seed in SCORES:  # the arm equals the baseline on every problem: all differences 0
+        (problem_out / "hadw" / f"seed{seed}" / M.FINAL_EVAL_PROBLEMS_FILE).write_text(
+            (problem_out / "grpo" / f"seed{seed}" / M.FINAL_EVAL_PROBLEMS_FILE).read_text()
+        )
+        final = json.loads((problem_out / "grpo" / f"seed{seed}" / M.FINAL_EVAL_FILE).read_text())
+        (problem_out / "hadw" / f"seed{seed}" / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
+    result = cmp.aggregate(cmp.collect_runs(problem_out, ["grpo", "hadw"], [0, 1, 2]))
+    _, rows = cmp.variance_rows(result, "val/all/greedy")
+    assert rows[0][6] == "—" and "nan" not in " ".join(rows[0])

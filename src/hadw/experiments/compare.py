@@ -685,9 +685,10 @@ def variance_rows(result: CompareResult, key: str) -> tuple[list[str], list[list
             rows.append([name, f"no split: {split}", *["—"] * 8])
             continue
         paired = "" if split.paired_by_problem else " (unpaired)"
+        share = f"{split.eval_share:.0%}" if np.isfinite(split.eval_share) else "—"  # no paired variance at all
         rows.append([
             name, str(split.n), f"{split.problems:.0f}{paired}", f"{np.sqrt(split.total):.4f}",
-            f"{np.sqrt(split.eval):.4f}", f"{np.sqrt(split.train):.4f}", f"{split.eval_share:.0%}",
+            f"{np.sqrt(split.eval):.4f}", f"{np.sqrt(split.train):.4f}", share,
             f"{split.half_width:.4f}", f"{split.half_width_2x_problems:.4f}", f"{split.half_width_2x_seeds:.4f}",
         ])  # fmt: skip
     return headers, rows
