@@ -1,14 +1,27 @@
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 from hadw import __version__
 from hadw.cli import build_app
+from tests.conftest import REPO_ROOT
 
 
 def test_version_command_prints_package_version():
     result = CliRunner().invoke(build_app(), ["version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == __version__
+
+
+def test_version_option_prints_the_version_the_changelog_releases():
+    """`hadw --version` needs no command (an eager root option); the version it prints, defined once in
+    hadw/__init__.py, is the newest release heading of CHANGELOG.md: cutting a release bumps both."""
+    result = CliRunner().invoke(build_app(), ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout == f"{__version__}\n"
+    releases = re.findall(r"^## (\d+\.\d+\.\d+) \(", (REPO_ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
+    assert releases[:1] == [__version__]
 
 
 def _commands(command, path=()):

@@ -123,8 +123,19 @@ def _register_missing(command: str, err: ImportError) -> None:
     )(missing)
 
 
+def _print_version(value: bool) -> None:
+    """`hadw --version`: the version and exit, before any command is looked for (an eager option)."""
+    if value:
+        version()
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", help="Print the installed hadw version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
     """RLVR (GRPO / GSPO / DAPO) with History-Aware Adaptive Difficulty Weighting."""
 
 

@@ -15,7 +15,6 @@ one score to all items; sys.exit and os._exit inside a reward thread are caught 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import pickle
 import queue
@@ -29,47 +28,34 @@ from hadw.errors import UserError
 from hadw.processes import RunningClock
 from hadw.rewards import verifiers
 
-DEFAULT_TIMEOUT_S = 5.0
-FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: the trainer's reward tensors
-MAX_MESSAGES = 10
+# The score checks and failure kinds live in hadw.rewards.scores, below both this module and the pool that it
+# runs rewards in; this module keeps exporting them under their old home (__all__), hadw.rewards.base.X works.
+from hadw.rewards.scores import (
+    ERROR_KINDS,
+    EXITED,
+    FLOAT32_MAX,
+    NON_FINITE,
+    NONE,
+    NOT_A_NUMBER,
+    OUT_OF_RANGE,
+    RAISED,
+    TIMEOUT,
+    WRONG_LENGTH,
+    ItemError,
+    RewardExit,
+    ScoreError,
+    check_score,
+)
+from hadw.rewards.scores import item_failure as _failure
 
-# How an item of a reward can fail; a failed item scores 0 and is counted under its kind, never raised.
-TIMEOUT = "timeout"  # no result within reward.timeout_s
-RAISED = "raised"  # the function raised an exception
-EXITED = "exit"  # the function called sys.exit / os._exit (caught: it cannot end the trainer)
-NON_FINITE = "nan/inf"  # the score is NaN or infinite
-NONE = "None"  # the score is None
-NOT_A_NUMBER = "not a number"  # the score is a string, a list, ...
-WRONG_LENGTH = "wrong length"  # a batch function returned another number of scores than items
-OUT_OF_RANGE = "out of range"  # a correctness score that is not 0 or 1
-ERROR_KINDS = (TIMEOUT, RAISED, EXITED, NON_FINITE, NONE, NOT_A_NUMBER, WRONG_LENGTH, OUT_OF_RANGE)
+DEFAULT_TIMEOUT_S = 5.0
+MAX_MESSAGES = 10
 
 
 class RewardFn(Protocol):
     name: str
 
     def __call__(self, completions: list[str], answers: list[str]) -> list[float]: ...
-
-
-class ScoreError(ValueError):
-    """An item's score is unusable; `kind` is one of ERROR_KINDS."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-class RewardExit(BaseException):
-    """Raised in place of os._exit inside a reward thread (see _guard_os_exit)."""
-
-
-@dataclass(frozen=True)
-class ItemError:
-    """One failed item: its row (index into the batch), the kind (ERROR_KINDS) and the message."""
-
-    row: int
-    kind: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -111,33 +97,6 @@ class RewardFunction:
         self, completions: list[str], answers: list[str], timeout_s: float | None = DEFAULT_TIMEOUT_S
     ) -> list[float]:
         return run_reward(self, completions, answers, timeout_s).scores
-
-
-def check_score(value: object) -> float:
-    """A finite float, else ScoreError naming the kind (None, not a number, NaN / inf)."""
-    if value is None:
-        raise ScoreError(NONE, "score is None")
-    if not isinstance(value, int | float) and not hasattr(value, "__float__"):  # bool, numpy and 0-d tensors pass
-        raise ScoreError(NOT_A_NUMBER, f"score is a {type(value).__name__} ({str(value)[:60]!r}), not a number")
-    try:
-        score = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ScoreError(NOT_A_NUMBER, f"score {str(value)[:60]!r} is not a number ({e})") from None
-    if not math.isfinite(score):
-        raise ScoreError(NON_FINITE, f"score is {score} (scores must be finite)")
-    if abs(score) > FLOAT32_MAX:  # the rewards are float32 tensors: 1e39 would become inf there
-        raise ScoreError(NON_FINITE, f"score {score:g} overflows float32 to inf (scores must be within ±3.4e38)")
-    return score
-
-
-def _failure(row: int, err: BaseException) -> ItemError:
-    """The ItemError of an exception raised while scoring item `row`."""
-    if isinstance(err, ScoreError):
-        return ItemError(row, err.kind, str(err))
-    if isinstance(err, SystemExit | RewardExit):
-        what = "sys.exit" if isinstance(err, SystemExit) else "os._exit"
-        return ItemError(row, EXITED, f"{what}({err.args[0] if err.args else ''}) inside the reward (caught)")
-    return ItemError(row, RAISED, f"{type(err).__name__}: {err}"[:500])
 
 
 _REAL_OS_EXIT = os._exit
@@ -430,3 +389,34 @@ def get_reward(name: str) -> RewardFn:
 register_reward(RewardFunction("math", verifiers.math_item, isolated=True))
 register_reward(RewardFunction("exact", verifiers.exact_item))
 register_reward(RewardFunction("format", verifiers.format_item))
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "ERROR_KINDS",
+    "EXITED",
+    "FLOAT32_MAX",
+    "MAX_MESSAGES",
+    "NONE",
+    "NON_FINITE",
+    "NOT_A_NUMBER",
+    "OUT_OF_RANGE",
+    "RAISED",
+    "REWARDS",
+    "TIMEOUT",
+    "WRONG_LENGTH",
+    "FailureWatch",
+    "ItemError",
+    "ItemScores",
+    "RewardExit",
+    "RewardFailure",
+    "RewardFn",
+    "RewardFunction",
+    "ScoreError",
+    "check_score",
+    "get_reward",
+    "register_reward",
+    "run_batch",
+    "run_batch_isolated",
+    "run_reward",
+]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from hadw.processes import RunningClock, die_with_parent
+from hadw.rewards.scores import RewardExit, check_score, item_failure
 
 ItemFn = Callable[[str, str], float]
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
@@ -43,14 +44,13 @@ class Outcome:
     status: str
     value: float = 0.0
     message: str = ""
-    kind: str = ""  # status "error": how it failed (hadw.rewards.base.ERROR_KINDS)
+    kind: str = ""  # status "error": how it failed (hadw.rewards.scores.ERROR_KINDS)
     result: object = None  # a `call`'s return value, as a list
 
 
 def _run(fn, kind: str, payload: tuple) -> Outcome:
     """One item (a checked score) or one call (its result as a list) of fn, in the worker's main thread; the
     working directory is restored after it (a reward that chdirs must not move the next one)."""
-    from hadw.rewards.base import RewardExit, _failure, check_score
 
     def raise_exit(code: int) -> None:  # os._exit inside the reward: counted, the worker goes on
         raise RewardExit(code)
@@ -62,10 +62,10 @@ def _run(fn, kind: str, payload: tuple) -> Outcome:
             return Outcome("ok", check_score(fn(*payload)))
         return Outcome("ok", result=list(fn(*payload)))
     except Exception as e:
-        failure = _failure(0, e)  # ScoreError: its kind; else "raised"
+        failure = item_failure(0, e)  # ScoreError: its kind; else "raised"
         return Outcome("error", 0.0, failure.message, failure.kind)
     except (SystemExit, RewardExit) as e:  # sys.exit / os._exit inside the reward
-        return Outcome("error", 0.0, _failure(0, e).message, _failure(0, e).kind)
+        return Outcome("error", 0.0, item_failure(0, e).message, item_failure(0, e).kind)
     finally:
         os._exit = real_exit  # type: ignore[assignment]
         with contextlib.suppress(OSError):

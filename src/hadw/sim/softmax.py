@@ -17,7 +17,7 @@ random ones. A sampled answer a has log π(a) = log_softmax(logits)[a]: d log π
 correct and the wrong responses of a group push in different directions, unlike a binary outcome on one logit.
 
 One step per seed, as hadw.train.trainer.Trainer: draw `prompts` prompts (level uniform, then a prompt), sample
-G answers each, reward 1 for answer 0, advantages and Φ from hadw.core (through engine.step_weights; the anchor
+G answers each, reward 1 for answer 0, advantages and Φ from hadw.core (through arms.step_weights; the anchor
 observes the whole batch once), then `ppo_epochs` passes over shuffled mini-batches of `mini_batch_prompts`
 prompts; each optimiser step minimises hadw.core.policy_loss (clipped ratio against the sampling policy,
 per-response mean, optional k3 KL to the initial policy and entropy bonus) and applies the per-seed global-norm
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from hadw.core import LOSS_PRESETS, make_anchor, policy_loss
-from hadw.sim.engine import SimSettings, observe_anchors, step_weights
+from hadw.sim.arms import SimSettings, observe_anchors, step_weights
 
 
 def population(settings: SimSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hadw.train.config import Config, ConfigError, DataConfig
+from hadw.train.config_schema import Config, ConfigError, DataConfig
 
 
 def _check_template(template: str) -> None:

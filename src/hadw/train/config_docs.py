@@ -1,4 +1,4 @@
-"""Each config field's documentation, read from the comments beside it in config.py, so that the source stays
+"""Each config field's documentation, read from the comments beside it in config_schema.py, so that the source stays
 the one place a field is documented and `hadw train --show-config` prints exactly that text.
 
 A field's doc is the comment block directly above it plus its trailing comment:

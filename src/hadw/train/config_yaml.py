@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from hadw.train.config import Config, ConfigError
+from hadw.train.config_schema import Config, ConfigError
 
 # A real config holds a few hundred values; far more is a YAML alias bomb ("billion laughs").
 MAX_YAML_VALUES = 100_000
