@@ -148,6 +148,11 @@ def _say_length_limit(command: str, data: list[str], max_new_tokens: int | None)
         )
 
 
+def _reward_name(reward) -> str:
+    """A source's reward: a name, or a run's RewardRecipe."""
+    return getattr(reward, "name", reward)
+
+
 def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward) -> None:
     """The options eval and probe share, checked before any data or model is loaded (usage errors naming
     the option)."""
@@ -380,7 +385,7 @@ def eval_cmd(
         bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
-    notes = completion_notes(result.stats)
+    notes = completion_notes(result.stats, result.reward_failures)
     if samples:
         text = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
         write_output(samples, text, "--samples", owned_samples, overwrite)
@@ -396,6 +401,8 @@ def eval_cmd(
         console.print(rich_table(title, headers, rows))
         for note in notes:
             console.print(note, markup=False, highlight=False)
+    if result.reward_failures:  # after the outputs (they record it): a script must not read the table as scores
+        raise typer.Exit(1)
 
 
 def probe_cmd(
@@ -494,6 +501,11 @@ def probe_cmd(
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems
+            if sampler.reward_failure is not None:  # the reward's failure, not a measurement of the model
+                raise UserError(
+                    f"probe: {source.name}: reward {_reward_name(source.reward)!r} failed on every completion of a "
+                    f"batch ({sampler.reward_failure}); nothing to measure: fix the reward (or its data columns)"
+                )
             if sampler.reward_errors:  # never a silent row of zeros
                 typer.secho(
                     f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hadw.errors import UserError
+from hadw.rewards.combine import RewardRecipe
 
 RUN_CONFIG = "config.yaml"
 
@@ -25,7 +26,9 @@ class RunRecipe:
     data_dir: str  # data.data_dir
     template: str  # data.template (resolved: never "auto")
     chat_template: str  # data.chat_template: auto | always | never
-    reward: str  # reward.correctness: the 0/1 signal the trainer evaluates with
+    # reward.correctness, the 0/1 signal the trainer evaluates with, called as training calls it (reward.isolated,
+    # reward.completion_format, reward.timeout_s; every data column by its name)
+    reward: RewardRecipe
     max_new_tokens: int  # rollout.max_new_tokens
     fields: tuple[str | None, str | None, str | None]  # data.fields.prompt / answer / level
     levels: list[int] | None  # data.levels (task sources)
@@ -54,7 +57,7 @@ def read_run(path: str | Path) -> RunRecipe:
             data_dir=data.get("data_dir") or "",
             template=data["template"],
             chat_template=data.get("chat_template", "auto"),
-            reward=reward.get("correctness") or reward["functions"][0],
+            reward=RewardRecipe.from_config(reward),
             max_new_tokens=int(rollout["max_new_tokens"]),
             fields=(fields.get("prompt") or None, fields.get("answer") or None, fields.get("level") or None),
             levels=data.get("levels"),

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
 from hadw.progress import Bar
-from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
+from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
 from hadw.rewards.base import FailureWatch
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
@@ -78,6 +78,8 @@ class TrainResult:
     run_dir: Path
     steps: int
     final_eval: dict[str, dict[str, float]] | None
+    # the reward failed on every completion of the final evaluation ("kind: message"): final_eval has no accuracy
+    eval_failure: str | None = None
 
 
 @dataclass
@@ -250,6 +252,7 @@ class Trainer:
             for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
         }
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
+        self.eval_failure: str | None = None  # the last evaluation's reward failed on every completion
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = make_optimizer(model, cfg, self.device)
@@ -505,19 +508,11 @@ class Trainer:
             batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
         rows = [problems[i] for i in batch.prompt_index.tolist()]
-        answers = [p.answer for p in rows]
-        prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
         rw = cfg.reward
-        rewards = score(
-            batch.response_texts,
-            answers,
-            self.reward_specs,
-            rw.correctness,
-            rw.timeout_s,
-            prompts,
-            columns,
+        rewards = score_problems(
+            batch.response_texts, rows, cfg.data.template, self.reward_specs, rw.correctness, rw.timeout_s,
             rw.completion_format,
-        )
+        )  # fmt: skip
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
 
@@ -759,12 +754,13 @@ class Trainer:
                 self.tokenizer,
                 problems,
                 self.cfg.data.template,
-                self.cfg.reward.correctness,
+                RewardRecipe.from_config(asdict(self.cfg.reward)),
                 temperature=0.0,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
                 engine=self.engine,
                 use_chat_template=chat,
             )
+        self.eval_failure = report.reward_failure
         return report.summary
 
     def checkpoint(self, step: int) -> Path:
@@ -833,7 +829,7 @@ class Trainer:
                 bar.close()
             self.logger.close()
             self._lock.release()
-        return TrainResult(self.run_dir, cfg.train.steps, final_eval)
+        return TrainResult(self.run_dir, cfg.train.steps, final_eval, self.eval_failure)
 
     # ------------------------------------------------------------------------------------ stopping
     def _install_signal_handlers(self) -> dict[int, Any]:
