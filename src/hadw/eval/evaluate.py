@@ -332,8 +332,10 @@ def evaluate_sources(
         sampled if sample else None,
         stats,
         runs["greedy"][0] + runs["sampled"][0],
-        {s.name: {"template": s.template, "reward": _name(s.reward), "max_new_tokens": s.max_new_tokens}
-         for s in sources},  # fmt: skip
+        {
+            s.name: {"template": s.template, "reward": _name(s.reward), "max_new_tokens": s.max_new_tokens}
+            for s in sources
+        },
         failures,
     )
 
