@@ -24,9 +24,12 @@ PROBLEM = Problem("What is $1+1$?", "2", None, "x", "x:0")
 
 
 def test_named_templates_without_tokenizer():
-    assert render_prompt(PROBLEM, "paper") == (
-        "What is $1+1$?. Let's think step by step and output the final answer within \\boxed{}."
+    assert render_prompt(PROBLEM, "paper") == (  # no "?." (the question ends its sentence)
+        "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
     )
+    units = Problem("Give it in units.", "2", None, "x", "x:1")
+    assert render_prompt(units, "paper").startswith("Give it in units. Let")
+    assert render_prompt(Problem("Solve $x+1=2$", "1", None, "x", "x:2"), "paper").startswith("Solve $x+1=2$. Let's")
     assert render_prompt(PROBLEM, "verl") == (
         "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
     )

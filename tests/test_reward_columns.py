@@ -117,3 +117,50 @@ def test_a_reward_that_fails_on_every_item_is_an_error_never_a_zero_accuracy(tmp
 
     done = _invoke(["probe", str(tmp_path / "run"), "-G", "2", "-N", "2", "--limit", "4"])
     assert done.exit_code == 2 and "failed on every completion" in " ".join(done.output.split())
+
+
+def test_a_run_folder_is_data_its_reward_runs_only_when_trusted(tmp_path, monkeypatch):
+    """A received run folder whose config names `subprocess:getoutput` runs nothing on --resume, eval or probe; a
+    reward module shipped inside the folder is never imported; a reward you named yourself resumes and evaluates
+    without asking, until its file changes."""
+    import shutil
+
+    from hadw.rewards import trust
+    from hadw.train.config import ConfigError, load_config
+
+    _train(tmp_path, f"{HERE}:gold_is_even")
+    run = tmp_path / "run"
+    config = run / "config.yaml"
+    cfg = load_config(config)  # yours (remembered when you named it): trusted, no question asked
+    assert cfg.reward.correctness == f"{HERE}:gold_is_even"
+
+    received = tmp_path / "received"
+    shutil.copytree(run, received)
+    marker = tmp_path / "pwned"
+    (received / "data.jsonl").write_text(json.dumps({"q": "x", "a": 1, "cmd": f"touch {marker}"}) + "\n")
+    text = config.read_text().replace(f"{HERE}:gold_is_even", "subprocess:getoutput")
+    (received / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"standard library, not a reward"):
+        load_config(received / "config.yaml")
+    done = _invoke(["eval", str(received), "--no-progress"])
+    assert done.exit_code == 2 and "standard library" in done.output and not marker.exists()
+
+    # a module inside the run folder: never imported, whatever its name
+    evil = f"open({str(marker)!r}, 'w')\ndef f(prompts, completions, **k): return []\n"
+    (received / "evil_reward.py").write_text(evil)
+    (received / "config.yaml").write_text(text.replace("subprocess:getoutput", "evil_reward:f"))
+    monkeypatch.chdir(received)  # `cd RUN && hadw eval .`
+    done = _invoke(["eval", ".", "--no-progress"])
+    assert done.exit_code == 2 and not marker.exists(), done.output
+    with pytest.raises(ConfigError):
+        load_config(received / "config.yaml", ["train.steps=2"])
+    assert not marker.exists()
+
+    # a module you never ran here, beside the run: one line saying how to confirm it; confirmed, it runs
+    (tmp_path / "theirs.py").write_text("def f(prompts, completions, **k):\n    return [1.0] * len(completions)\n")
+    (received / "config.yaml").write_text(text.replace("subprocess:getoutput", "theirs:f"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"not one you have run on this machine.*HADW_TRUST_REWARDS=theirs:f"):
+        load_config(received / "config.yaml")
+    monkeypatch.setenv(trust.TRUST_ENV, "theirs:f")
+    assert load_config(received / "config.yaml").reward.correctness == "theirs:f"

@@ -69,6 +69,13 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
             raise typer.BadParameter(message, param_hint="'--data'")
         return model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     run = read_run(model)
+    if reward == "auto" and ":" in run.reward.name:  # a run folder's config is data: its reward only if trusted
+        from hadw.rewards.loader import import_from
+        from hadw.rewards.trust import check_saved
+
+        folder = check_saved(run.reward.name, Path(model), str(Path(model) / "config.yaml"))
+        if folder is not None:
+            import_from(run.reward.name, folder)
     task = run.data.startswith("task:")
     return (
         str(run.model),

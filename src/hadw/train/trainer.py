@@ -59,6 +59,7 @@ from hadw.train.checkpoint import (
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
+from hadw.train.model_defaults import shipped_warm_start, start_line
 from hadw.train.prompts import PromptSource
 from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
 
@@ -205,6 +206,9 @@ class Trainer:
 
     def _setup(self, model, tokenizer, resume: bool, accept_changes: bool) -> None:
         cfg = self.cfg
+        if model is None:  # hadw train's first line: what it trains, its recipe and warm start, before anything slow
+            with contextlib.suppress(OSError):
+                print(start_line(cfg), file=sys.stderr, flush=True)
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
@@ -252,6 +256,7 @@ class Trainer:
             for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
         }
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
+        self._bar = Bar(None, "", mode="off")  # train()'s progress display (what _phase names)
         self.eval_failure: str | None = None  # the last evaluation's reward failed on every completion
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
@@ -428,6 +433,11 @@ class Trainer:
                 raise ConfigError(f"model.path={path}: no such folder")
             if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
                 raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
+        elif (shipped := shipped_warm_start(self.cfg)) is not None:  # the same file on every machine: no SFT
+            from hadw.train import warm_starts as W
+
+            path, start = W.resolve(shipped)
+            print(start.line(), file=sys.stderr)
         else:
             t = m.tiny
             path = build_tiny_model(
@@ -503,10 +513,12 @@ class Trainer:
             seed=_step_seed(cfg.train.seed, step, round_),
         )
         t0 = time.perf_counter()
+        self._phase("generating")
         self.model.eval()
         with self.autocast():
             batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
+        self._phase("scoring")
         rows = [problems[i] for i in batch.prompt_index.tolist()]
         rw = cfg.reward
         rewards = score_problems(
@@ -697,6 +709,7 @@ class Trainer:
             metrics[M.KEPT_GROUPS] = len(keep) // self.cfg.rollout.group_size
             metrics[M.REFILL_ROUNDS] = refills
         t0 = time.perf_counter()
+        self._phase("updating")
         if len(batch) > 0:
             metrics |= self.update(batch, advantages, step)
         t_update = time.perf_counter() - t0
@@ -741,13 +754,17 @@ class Trainer:
             print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
-    def evaluate(self) -> dict[str, dict[str, float]]:
+    def evaluate(self, final: bool = False) -> dict[str, dict[str, float]]:
         """Greedy accuracy on the fixed evaluation prompts (never touches the anchor); {} when there are
-        none (data.eval_size=0, or a file too small to hold any out)."""
+        none (data.eval_size=0, or a file too small to hold any out). final: the last one, with a progress
+        counter of its own (problems), since it can take as long as several steps."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
         problems = self.source.eval_problems()
         if not problems:
             return {}
+        self._phase("evaluating")
+        show = self.cfg.logging.progress
+        counter = Bar(len(problems), "final evaluation", mode=show, unit="problem") if final else None
         with self.autocast():
             report = evaluate(
                 self.model,
@@ -759,11 +776,20 @@ class Trainer:
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
                 engine=self.engine,
                 use_chat_template=chat,
+                progress=counter.update if counter is not None else None,
             )
+        if counter is not None:
+            counter.close()
         self.eval_failure = report.reward_failure
         return report.summary
 
+    def _phase(self, phase: str) -> None:
+        """Name what the step is doing on the progress line (generating, scoring, updating, evaluating, saving)."""
+        with contextlib.suppress(OSError):  # a closed terminal must not cost the step
+            self._bar.set_phase(phase)
+
     def checkpoint(self, step: int) -> Path:
+        self._phase("saving")
         state: dict[str, Any] = {
             "anchor": self.anchor.state_dict(),
             "data_position": step,
@@ -793,7 +819,7 @@ class Trainer:
         cfg = self.cfg
         show = cfg.logging.progress if progress is None else progress
         desc = f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}"
-        bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
+        bar = self._bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
@@ -813,7 +839,7 @@ class Trainer:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
-            final_eval = self.evaluate()
+            final_eval = self.evaluate(final=True)
             self.logger.log_final_eval(final_eval)
             self._lock.check()
             if cfg.train.steps > self.start_step:
