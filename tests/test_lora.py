@@ -183,3 +183,20 @@ def test_lora_with_gradient_checkpointing_trains_the_adapters(tiny_path, tmp_pat
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(after[n], p) for n, p in adapters.items())
+
+
+def test_a_lora_model_generates_and_scores_without_future_warnings(tiny_path):
+    """hadw's own calls into transformers use the current API: a LoRA model's KV cache went through
+    `past_key_values=` (deprecated, removed in transformers 5.40) on every decode step, with a FutureWarning each."""
+    import warnings
+
+    from hadw.rollout import HFRolloutEngine, SamplingParams
+    from hadw.rollout.lora import LoraSettings, add_lora
+
+    model, tokenizer = load_model(tiny_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        lora = add_lora(model, LoraSettings(4, 8.0, 0.0, "all-linear"), str(tiny_path))
+        for decoder in ("hf", "auto"):
+            batch = HFRolloutEngine(lora, tokenizer, decoder=decoder).generate([[5, 6, 7]], SamplingParams(n=2))
+            assert batch.response_mask.shape[0] == 2

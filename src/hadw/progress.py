@@ -279,3 +279,17 @@ def _rich_progress():
         console=Console(stderr=True),
         transient=False,
     )
+
+
+# A table written to a file, a pipe or a Slurm log: rich would cut it at 80 columns ("pro…"); this is wide enough for
+# every table hadw prints, and a terminal keeps its own width.
+FILE_WIDTH = 300
+
+
+def stdout_console():
+    """The rich Console that hadw's tables print to: the terminal's width on a terminal, FILE_WIDTH columns elsewhere
+    (no cell is cut or folded into "…" in a log)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=FILE_WIDTH)

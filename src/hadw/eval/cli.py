@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from hadw.cli_lists import check_range, parse_ints
 from hadw.errors import UserError
@@ -25,6 +24,7 @@ from hadw.eval.report import (
     probe_rows,
     rich_table,
 )
+from hadw.progress import stdout_console
 
 DataOption = typer.Option(
     "--data",
@@ -404,7 +404,7 @@ def eval_cmd(
         write_output(markdown, markdown_marker("eval") + text, "--markdown", owned_markdown("eval"), overwrite)
     _write_json(json_path, {"model": str(model), **result.to_dict()}, "eval", overwrite)
     if json_path != "-":
-        console = Console()
+        console = stdout_console()
         console.print(rich_table(title, headers, rows))
         for note in notes:
             console.print(note, markup=False, highlight=False)
@@ -538,7 +538,7 @@ def probe_cmd(
         overwrite,
     )
     if json_path != "-":
-        console = Console()
+        console = stdout_console()
         headers, rows = probe_rows(report.buckets)
         title = (
             f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size}, p_ref from N={reference} "

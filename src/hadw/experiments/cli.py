@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from hadw import metrics as M
 from hadw.cli_lists import check_range, parse_ints
 from hadw.eval.cli import JsonOption, OverwriteOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
+from hadw.progress import stdout_console
 from hadw.train.cli import _quiet_transformers
 
 # = hadw.experiments.launchers.DEFAULT_SIGNAL_LEAD_S (submitit's default), not imported from there: a bad option
@@ -319,7 +319,7 @@ def compare_cmd(
         sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))
         if json_path != "-":
             title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
-            Console().print(rich_table(title, headers, rows))
+            stdout_console().print(rich_table(title, headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
     from hadw.safe_files import markdown_marker

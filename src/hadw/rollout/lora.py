@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,9 @@ def add_lora(model, settings: LoraSettings, base: str | Path | None = None):
         target_modules=target_list(settings.target_modules),
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft reads the deprecated `is_gradient_checkpointing` (transformers 5)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, config)
     if base is not None:
         local = Path(base)
         peft_model.peft_config["default"].base_model_name_or_path = (
