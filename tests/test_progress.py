@@ -171,10 +171,8 @@ def test_logging_progress_config_refuses_another_value():
 def test_tables_written_to_a_file_or_pipe_are_not_cut_at_80_columns(capsys):
     """A probe table in a Slurm log read `pro…`, `p_r…`: rich's 80 columns off a terminal. The tables' console keeps
     every cell whole there (and a terminal keeps its own width)."""
-    from hadw.eval.report import probe_rows, rich_table
+    from hadw.eval.report import PROBE_ADVANTAGE_COLUMNS, PROBE_BIAS_COLUMNS, probe_rows, rich_table
     from hadw.progress import FILE_WIDTH, stdout_console
-
-    from hadw.eval.report import PROBE_ADVANTAGE_COLUMNS, PROBE_BIAS_COLUMNS
 
     keys = [k for _, m, _ in PROBE_BIAS_COLUMNS + PROBE_ADVANTAGE_COLUMNS for k in (m if isinstance(m, tuple) else [m])]
     buckets = {name: dict.fromkeys(keys, 0.123456) for name in ("all", "p∈[0.000, 0.125)", "my_own_dataset/L5")}

@@ -166,7 +166,8 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
-    max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; with a model.path: 256 (TRL's); the paper: 4096
+    # the tiny tasks' answers fit in 6 tokens; with a model.path: 128 (16 on a task); the paper: 4096
+    max_new_tokens: int = 6
     max_batch_size: int | None = None  # split generation into chunks of at most this many rows
     # Memory one generation chunk may use for its K/V cache and logits (hadw.rollout.memory); None = half the
     # memory free when a rollout starts. Rows are split further when max_batch_size rows would not fit.

@@ -8,7 +8,9 @@ batches that fit a CPU. They are written into the run's config.yaml like every o
 ran and a resume is the same run.
 
 Why each value (TRL's GRPOConfig and the paper, scaled to a laptop's CPU; docs/train.md "Defaults"):
-    rollout.max_new_tokens  256    TRL's max_completion_length; the paper's 4096 is for long chains of thought
+    rollout.max_new_tokens  128    half TRL's max_completion_length (256), for a CPU: a short chain of thought and
+                                   its \boxed{} answer; a built-in task: its recipe's 16 (hadw.data.sources).
+                                   The paper's 4096 is for long chains of thought on GPUs
     optim.lr                1e-5   TRL's and the paper's 1e-6 are for batches of 256+ responses over hundreds of
                                    steps; 32 responses a step over tens of steps moved SmolLM2-135M at 1e-5
                                    (benchmarks/real_model_rl.md) and barely at 1e-6
@@ -28,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 REAL_MODEL_DEFAULTS: dict[str, Any] = {
-    "rollout.max_new_tokens": 256,
+    "rollout.max_new_tokens": 128,
     "optim.lr": 1e-5,
     "train.prompts_per_step": 4,
     "train.mini_batch_prompts": 2,
@@ -81,10 +83,14 @@ def with_model_defaults(cfg: Any, given: set[str]) -> Any:
     unchanged for the tiny model."""
     if recipe_name(cfg.model.path) == TINY:
         return cfg
+    from hadw.data import default_recipe
+
     for key, value in REAL_MODEL_DEFAULTS.items():
         section, name = key.split(".")
         if key in given:
             continue
+        if key == "rollout.max_new_tokens" and cfg.data.source.startswith("task:"):
+            value = default_recipe(cfg.data.source).max_new_tokens  # short answers: what `hadw eval` gives a task
         cfg = replace(cfg, **{section: replace(getattr(cfg, section), **{name: value})})
     return cfg
 
