@@ -13,9 +13,11 @@ import pytest
 
 HERE = __name__
 
-# 40 rows, gold = a: 20 even. The reward scores the gold's parity, whatever the completion, so every evaluation of
+# 40 rows, 20 with an even gold. The reward scores the gold's parity, whatever the completion, so every evaluation of
 # any model has a known accuracy: the share of even gold among the problems it scored.
-ROWS = [{"problem_text": f"What is {a} plus zero?", "gold": a} for a in range(40)]
+# The trainer holds out the first 8 rows (a fifth): 6 of them even; the first 10 rows: 6 even.
+GOLD = [0, 2, 4, 6, 8, 10, 1, 3, 5, 7] + [12 + 2 * i for i in range(14)] + [9 + 2 * i for i in range(16)]
+ROWS = [{"problem_text": f"What is {a} plus zero?", "gold": a} for a in GOLD]
 
 
 def gold_is_even(prompts, completions, gold, **kwargs):
@@ -76,12 +78,13 @@ def test_a_reward_naming_its_gold_column_scores_alike_in_train_eval_and_probe(tm
     # the held-out problems' share of even gold: known from the problems the trainer evaluated
     saved = json.loads((run / "final_eval.json").read_text())
     assert saved["all"]["greedy"] == final["greedy"]
-    assert 0.0 < final["greedy"] < 1.0  # before the fix: 0.000 (TypeError: missing 'gold' on every item)
+    assert final["greedy"] == 0.75  # the held-out rows' share of even gold; before: 0.000 (TypeError: no 'gold')
 
     out = tmp_path / "eval_run.json"
     done = _invoke(["eval", str(run), "--json", str(out), "--no-progress"])
     assert done.exit_code == 0, done.output
-    assert json.loads(out.read_text())["buckets"]["all"]["greedy"] == pytest.approx(final["greedy"])
+    buckets = json.loads(out.read_text())["buckets"]  # the rows the trainer held out, not the file's first 10
+    assert buckets["all"]["count"] == 8 and buckets["all"]["greedy"] == 0.75
 
     out = tmp_path / "eval_model.json"
     args = ["eval", str(run / "final_model"), "-d", str(_data(tmp_path)), "--prompt-field", "problem_text"]

@@ -87,7 +87,8 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
         run.chat_template if chat_template == "auto" else chat_template,
         fields if any(fields) else run.fields,
         levels if levels is not None or not (task and run.levels) else ",".join(map(str, run.levels)),
-        limit if limit is not None else run.eval_size,  # the held-out items the trainer scored
+        # a task's held-out items the trainer scored; a file's are picked from the whole file (_trainer_held_out)
+        limit if limit is not None or not task else run.eval_size,
         seed if seed != 0 else run.seed,  # a task's held-out items follow the run's seed
     )
 
@@ -97,6 +98,18 @@ def _run_dir(model: str) -> str | None:
     from hadw.eval.run_recipe import is_run_dir
 
     return model if is_run_dir(model) else None
+
+
+def _trainer_held_out(sources, run_dir: str) -> None:
+    """A run's own file source: the rows its trainer held out and scored (hadw.data.split_held_out), not the first
+    data.eval_size rows of the file (some of which it trained on)."""
+    from hadw.data import split_held_out
+    from hadw.eval.run_recipe import read_run
+
+    eval_size = read_run(run_dir).eval_size
+    for source in sources:
+        if not source.name.startswith("task:"):
+            source.problems = split_held_out(source.problems, eval_size)[1]
 
 
 def _load_sources(
@@ -361,11 +374,13 @@ def eval_cmd(
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     _check_outputs(samples, markdown, json_path, overwrite)  # before minutes of generation, not after
     fields = (prompt_field, answer_field, level_field)
-    run_dir = _run_dir(model)
+    run_dir, given_data = _run_dir(model), data
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    if run_dir is not None and given_data is None and limit is None:
+        _trainer_held_out(sources, run_dir)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
 
