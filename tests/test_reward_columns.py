@@ -25,6 +25,14 @@ def gold_is_even(prompts, completions, gold, **kwargs):
     return [1.0 if int(g) % 2 == 0 else 0.0 for g in gold]
 
 
+def uses_trl_extras(prompts, completions, completion_ids, trainer_state, **kwargs):
+    """TRL 1.x's extra reward arguments: 1.0 when they are what TRL would pass (a state in training, None in an
+    evaluation; every completion's token ids)."""
+    ids_ok = len(completion_ids) == len(completions) and all(isinstance(t, int) for ids in completion_ids for t in ids)
+    in_training = trainer_state is not None and trainer_state.global_step == 0 and trainer_state.max_steps == 1
+    return [1.0 if ids_ok and (in_training or trainer_state is None) else 0.0 for _ in completions]
+
+
 def needs_a_missing_column(prompts, completions, no_such_column, **kwargs):
     return [1.0] * len(completions)
 
@@ -167,3 +175,9 @@ def test_a_run_folder_is_data_its_reward_runs_only_when_trusted(tmp_path, monkey
         load_config(received / "config.yaml")
     monkeypatch.setenv(trust.TRUST_ENV, "theirs:f")
     assert load_config(received / "config.yaml").reward.correctness == "theirs:f"
+
+
+def test_trl_extra_reward_arguments_in_training_and_evaluation(tmp_path):
+    result = _train(tmp_path, f"{HERE}:uses_trl_extras")
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[0]["critic/score/mean"] == 1.0 and result.final_eval["all"]["greedy"] == 1.0

@@ -91,7 +91,8 @@ def render_prompt(
         return text
     if not has_chat_template(tokenizer):
         raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
-    return apply_chat_template(tokenizer, [{"role": "user", "content": text}])
+    context = list(problem.context) if isinstance(problem, Problem) else []  # system and earlier turns, as given
+    return apply_chat_template(tokenizer, [*context, {"role": "user", "content": text}])
 
 
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:

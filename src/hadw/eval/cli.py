@@ -50,6 +50,11 @@ PromptFieldOption = typer.Option("--prompt-field", help="Your data's question fi
 AnswerFieldOption = typer.Option("--answer-field", help="Your data's gold-answer field (dotted path).")
 LevelFieldOption = typer.Option("--level-field", help="Your data's difficulty-level field (optional).")
 TrustOption = typer.Option("--trust-remote-code", help="Run the model repository's own code (if you trust it).")
+SystemOption = typer.Option(
+    "--system-prompt",
+    help="A system turn before every prompt (chat templates; a row's own system turn is kept). Default: a run "
+    "folder's data.system_prompt, else none (the chat template's own default).",
+)
 
 
 ModelArgument = typer.Argument(
@@ -110,6 +115,17 @@ def _trainer_held_out(sources, run_dir: str) -> None:
     for source in sources:
         if not source.name.startswith("task:"):
             source.problems = split_held_out(source.problems, eval_size)[1]
+
+
+def _add_system_prompt(sources, system_prompt: str | None, run_dir: str | None) -> None:
+    """--system-prompt (default: the run's data.system_prompt) as every problem's first chat turn."""
+    from hadw.data import with_system_prompt
+    from hadw.eval.run_recipe import read_run
+
+    if system_prompt is None and run_dir is not None:
+        system_prompt = read_run(run_dir).system_prompt
+    for source in sources:
+        source.problems = with_system_prompt(source.problems, system_prompt or "")
 
 
 def _load_sources(
@@ -340,6 +356,7 @@ def eval_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
+    system_prompt: Annotated[str | None, SystemOption] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
     device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
     json_path: Annotated[str | None, JsonOption] = None,
@@ -381,6 +398,7 @@ def eval_cmd(
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
     if run_dir is not None and given_data is None and limit is None:
         _trainer_held_out(sources, run_dir)
+    _add_system_prompt(sources, system_prompt, run_dir)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
 
@@ -469,6 +487,7 @@ def probe_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
+    system_prompt: Annotated[str | None, SystemOption] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
     device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
     png: Annotated[Path, typer.Option("--png", help="Figure path.")] = Path("probe.png"),
@@ -497,6 +516,7 @@ def probe_cmd(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    _add_system_prompt(sources, system_prompt, run_dir)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe

@@ -29,6 +29,7 @@ from hadw.eval.memory import peak_memory_metrics
 from hadw.rewards import RewardRecipe, score_problems
 from hadw.rewards.verifiers import to_int
 from hadw.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
+from hadw.rollout.batch import completion_ids
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -168,8 +169,9 @@ def evaluate(
         seconds += time.perf_counter() - t0
         rows = [problems[start + i // k] for i in range(len(batch.response_texts))]
         result = score_problems(
-            batch.response_texts, rows, template, specs, recipe.name, recipe.timeout_s, recipe.completion_format
-        )
+            batch.response_texts, rows, template, specs, recipe.name, recipe.timeout_s, recipe.completion_format,
+            completion_ids(batch),
+        )  # fmt: skip
         reward_errors += result.num_errors + result.num_timeouts
         failed = result.first_errors.get(recipe.name)  # shown on its sample (kind: message), counted in the notes
         if failed is not None and first_failure is None:

@@ -34,6 +34,7 @@ class RunRecipe:
     levels: list[int] | None  # data.levels (task sources)
     seed: int  # train.seed: picks a task's held-out items
     eval_size: int  # data.eval_size: how many held-out items the trainer scored
+    system_prompt: str = ""  # data.system_prompt: the system turn before every prompt
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -63,6 +64,7 @@ def read_run(path: str | Path) -> RunRecipe:
             levels=data.get("levels"),
             seed=int(train.get("seed", 0)),
             eval_size=int(data.get("eval_size", 200)),
+            system_prompt=str(data.get("system_prompt") or ""),
         )
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, IndexError) as err:
         raise UserError(f"{config_file}: not a usable run config ({type(err).__name__}: {err})") from None

@@ -93,6 +93,7 @@ def score(
     prompts: list[str] | None = None,
     columns: dict[str, list] | None = None,
     completion_format: str = "text",
+    extra: Mapping[str, Any] | None = None,
 ) -> RewardResult:
     """Score N completions against their gold answers.
 
@@ -118,7 +119,7 @@ def score(
     results: dict[str, ItemScores] = {}
     for name, fn in fns.items():
         if isinstance(fn, TRLReward):
-            results[name] = fn.run(completions, answers, prompts, columns, timeout_s, completion_format)
+            results[name] = fn.run(completions, answers, prompts, columns, timeout_s, completion_format, extra)
         else:
             results[name] = run_reward(fn, completions, answers, timeout_s)
     results[correctness] = _binary(results[correctness], correctness)
@@ -149,16 +150,22 @@ def score_problems(
     correctness: str,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     completion_format: str = "text",
+    completion_ids: list[list[int]] | None = None,
+    trainer_state: Any = None,
 ) -> RewardResult:
     """score() of completion i against problems[i]: the one way hadw calls rewards, in training and in every
-    evaluation. Rewards with TRL's signature get the prompts (the template filled in) and every column of the
-    rows by its own name (loader.reward_inputs), so a reward that names its gold column (`gold`, `solution`)
-    scores a completion identically wherever it is scored."""
+    evaluation. Rewards with TRL's signature get the prompts (the template filled in), every column of the
+    rows by its own name (loader.reward_inputs), and as TRL 1.x passes them `completion_ids` (each completion's
+    token ids) and `trainer_state` (loader.RewardState in training, None elsewhere); so a reward that names its
+    gold column (`gold`, `solution`) scores a completion identically wherever it is scored."""
     from hadw.rewards.loader import reward_inputs
 
     answers = [p.answer for p in problems]
     prompts, columns = reward_inputs(problems, template)
-    return score(completions, answers, specs, correctness, timeout_s, prompts, columns, completion_format)
+    if completion_ids is not None:
+        columns.setdefault("completion_ids", completion_ids)  # a data column of that name stays the data's
+    extra = {"trainer_state": trainer_state}
+    return score(completions, answers, specs, correctness, timeout_s, prompts, columns, completion_format, extra)
 
 
 def _binary(result: ItemScores, name: str) -> ItemScores:

@@ -123,6 +123,9 @@ class DataConfig:
     # default, the same one `hadw eval` / `hadw probe` use: plain for task: sources, paper for every dataset.
     template: str = "auto"
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
+    # A system turn before every prompt (chat templates only); a conversational row's own system turn is kept.
+    # Empty = none: the model's chat template may add its own default (SmolLM2's "You are a helpful AI assistant").
+    system_prompt: str = ""
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
     eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = none; with a model.path: 100)

@@ -40,8 +40,10 @@ from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pen
 from hadw.progress import Bar
 from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
 from hadw.rewards.base import FailureWatch
+from hadw.rewards.loader import RewardState
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout.batch import completion_ids
 from hadw.rollout.lora import is_lora, reference_policy
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
@@ -521,9 +523,10 @@ class Trainer:
         self._phase("scoring")
         rows = [problems[i] for i in batch.prompt_index.tolist()]
         rw = cfg.reward
+        state = RewardState(step, cfg.train.steps)  # TRL's trainer_state: the step being scored
         rewards = score_problems(
             batch.response_texts, rows, cfg.data.template, self.reward_specs, rw.correctness, rw.timeout_s,
-            rw.completion_format,
+            rw.completion_format, completion_ids(batch), state,
         )  # fmt: skip
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
