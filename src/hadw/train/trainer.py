@@ -44,7 +44,7 @@ from hadw.rewards.loader import RewardState
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
 from hadw.rollout.batch import completion_ids
-from hadw.rollout.lora import is_lora, reference_policy
+from hadw.rollout.lora import is_lora, reference_policy, write_base_record
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
 from hadw.train.checkpoint import (
@@ -914,6 +914,7 @@ class Trainer:
             with disk_full_is_one_line(str(final), self._after_full_disk()):
                 self.model.save_pretrained(tmp)
                 self.tokenizer.save_pretrained(tmp)
+                write_base_record(self.model, tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # a half-written model never stays on a full disk
             raise
