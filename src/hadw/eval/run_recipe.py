@@ -8,6 +8,7 @@ was trained; an explicit option still overrides each one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +38,28 @@ class RunRecipe:
     system_prompt: str = ""  # data.system_prompt: the system turn before every prompt
 
 
+# Config keys that name a file or folder: a run's config.yaml and checkpoints record them relative to the run folder
+# (portable_path), so a project copied to another path or machine resumes and evaluates with no edit.
+RUN_PATH_KEYS = ("model.path", "data.source", "data.eval_source", "data.data_dir", "train.output_dir")
+
+
+def portable_path(value: str, run_dir: Path) -> str:
+    """A local path as written into a run's files: relative to the run folder ("../../data/q.jsonl"); a spec
+    (task:, benchmark:, hf:), a Hub id or a path that does not exist stays as it is."""
+    if not value or ":" in value or not Path(value).exists():
+        return value
+    return os.path.relpath(Path(value).absolute(), run_dir.absolute())
+
+
+def resolve_run_path(value: str, run_dir: Path) -> str:
+    """A path read from a run's files: relative to the run folder when it exists from there (portable_path's form),
+    else as written (an older run's, relative to where it was started)."""
+    if not value or ":" in value or Path(value).is_absolute():
+        return value
+    candidate = run_dir / value
+    return os.path.normpath(candidate.absolute()) if candidate.exists() else value
+
+
 def is_run_dir(path: str | Path) -> bool:
     path = Path(path)
     return path.is_dir() and (path / RUN_CONFIG).is_file() and not (path / "config.json").is_file()
@@ -53,9 +76,9 @@ def read_run(path: str | Path) -> RunRecipe:
         data, reward, rollout, train = cfg["data"], cfg["reward"], cfg["rollout"], cfg["train"]
         fields = data.get("fields") or {}
         recipe = RunRecipe(
-            model=_run_model(path, (cfg.get("model") or {}).get("path") or ""),
-            data=data.get("eval_source") or data["source"],
-            data_dir=data.get("data_dir") or "",
+            model=_run_model(path, resolve_run_path((cfg.get("model") or {}).get("path") or "", path)),
+            data=resolve_run_path(data.get("eval_source") or data["source"], path),
+            data_dir=resolve_run_path(data.get("data_dir") or "", path),
             template=data["template"],
             chat_template=data.get("chat_template", "auto"),
             reward=RewardRecipe.from_config(reward),

@@ -36,6 +36,7 @@ from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
+from hadw.eval.run_recipe import RUN_PATH_KEYS, portable_path, resolve_run_path
 from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
 from hadw.progress import Bar
 from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
@@ -110,6 +111,17 @@ class MiniBatch:
 
 def _take(tensor: torch.Tensor | None, rows) -> torch.Tensor | None:
     return None if tensor is None else tensor[rows]
+
+
+def with_paths(cfg: Config, convert) -> Config:
+    """cfg with convert(value) applied to every path key (RUN_PATH_KEYS)."""
+    from dataclasses import replace
+
+    for key in RUN_PATH_KEYS:
+        section, name = key.split(".")
+        part = getattr(cfg, section)
+        cfg = replace(cfg, **{section: replace(part, **{name: convert(getattr(part, name))})})
+    return cfg
 
 
 def _check_master_weights(model) -> None:
@@ -277,7 +289,8 @@ class Trainer:
             cfg.to_dict(),
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
-        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
+        # never through a planted link; paths relative to the run folder (a moved project resumes with no edit)
+        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(self.portable_config()))
 
     def _resume(self, accept_changes: bool) -> tuple[Path | None, bool]:
         """--resume: (the checkpoint loaded, or None when the run restarts from step 0; whether it restarts)."""
@@ -333,9 +346,19 @@ class Trainer:
             self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
             print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
 
+    def portable_config(self) -> Config:
+        """The config as the run's files record it: local paths relative to the run folder (RUN_PATH_KEYS)."""
+        return with_paths(self.cfg, lambda value: portable_path(value, self.run_dir))
+
     def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
-        """The settings that differ from the saved run's (config_differences); refused unless accepted."""
-        diffs = config_differences(saved, self.cfg.to_dict(), Config().to_dict())
+        """The settings that differ from the saved run's (config_differences); refused unless accepted. Paths are
+        compared in the run-relative form both ways (an older run recorded them as typed)."""
+        for key in RUN_PATH_KEYS:
+            section, name = key.split(".")
+            value = (saved.get(section) or {}).get(name)
+            if isinstance(value, str) and value:
+                saved[section][name] = portable_path(resolve_run_path(value, self.run_dir), self.run_dir)
+        diffs = config_differences(saved, self.portable_config().to_dict(), Config().to_dict())
         if diffs and not accept_changes:
             raise RunDirError(
                 f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
@@ -796,7 +819,7 @@ class Trainer:
         state: dict[str, Any] = {
             "anchor": self.anchor.state_dict(),
             "data_position": step,
-            "config": self.cfg.to_dict(),
+            "config": self.portable_config().to_dict(),
         }
         with disk_full_is_one_line(f"{self.run_dir}/checkpoint-{step:06d}", self._after_full_disk()):
             return save_checkpoint(
