@@ -58,7 +58,7 @@ def test_a_bare_hadw_train_says_what_it_trains_first_and_runs_rl_at_once(tmp_pat
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(build_app(), ["train", "train.steps=1", "data.eval_size=20", "logging.progress=off"])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()  # the first line is the command's own report, like its last ("done: ...")
     assert lines[0].startswith("hadw train: the tiny built-in model") and "shipped sums234-s0" in lines[0]
     assert not any(line.startswith("sft:") for line in lines)  # no SFT before the first RL step
     assert (tmp_path / "runs" / "default" / "final_model").is_dir()

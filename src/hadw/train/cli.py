@@ -56,6 +56,9 @@ def train(
     from hadw.train.trainer import NonFiniteLossError, Trainer
 
     _quiet_transformers()
+    from hadw.train.model_defaults import start_line
+
+    typer.echo(start_line(cfg))  # the first line: what it trains, its recipe and warm start, before anything slow
     try:
         trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
         result = trainer.train()

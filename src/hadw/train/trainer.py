@@ -62,7 +62,7 @@ from hadw.train.checkpoint import (
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
-from hadw.train.model_defaults import shipped_warm_start, start_line
+from hadw.train.model_defaults import shipped_warm_start
 from hadw.train.prompts import PromptSource
 from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
 
@@ -220,9 +220,6 @@ class Trainer:
 
     def _setup(self, model, tokenizer, resume: bool, accept_changes: bool) -> None:
         cfg = self.cfg
-        if model is None:  # hadw train's first line: what it trains, its recipe and warm start, before anything slow
-            with contextlib.suppress(OSError):
-                print(start_line(cfg), file=sys.stderr, flush=True)
         if cfg.train.num_threads > 0:
             torch.set_num_threads(cfg.train.num_threads)
         self._seed_everything(cfg.train.seed)
