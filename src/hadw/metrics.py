@@ -38,6 +38,7 @@ RUN_ENTRIES = (
     "init_model",
     "tensorboard",
     "reward_errors.jsonl",
+    "run_paths.json",  # the absolute form of the paths config.yaml records relative to the run (run_recipe)
 )
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.

@@ -51,13 +51,43 @@ def portable_path(value: str, run_dir: Path) -> str:
     return os.path.relpath(Path(value).absolute(), run_dir.absolute())
 
 
-def resolve_run_path(value: str, run_dir: Path) -> str:
-    """A path read from a run's files: relative to the run folder when it exists from there (portable_path's form),
-    else as written (an older run's, relative to where it was started)."""
+RUN_PATHS_FILE = "run_paths.json"  # beside config.yaml: the same paths, absolute (a run moved without its data)
+
+
+def write_run_paths(run_dir: Path, paths: dict[str, str]) -> None:
+    """Record the absolute form of the run's path keys (key -> path) beside its config.yaml."""
+    import json
+
+    from hadw.safe_files import atomic_write_text
+
+    absolute = {k: str(Path(v).absolute()) for k, v in paths.items() if v and ":" not in v and Path(v).exists()}
+    atomic_write_text(run_dir / RUN_PATHS_FILE, json.dumps(absolute, indent=1) + "\n")
+
+
+def resolve_run_path(value: str, run_dir: Path, key: str = "") -> str:
+    """A path read from a run's files: relative to the run folder when it exists from there (portable_path's form:
+    a project moved whole), else the absolute path recorded for `key` in run_paths.json when that exists (the run
+    folder moved alone), else as written (an older run's, relative to where it was started)."""
     if not value or ":" in value or Path(value).is_absolute():
         return value
     candidate = run_dir / value
-    return os.path.normpath(candidate.absolute()) if candidate.exists() else value
+    if candidate.exists():
+        return os.path.normpath(candidate.absolute())
+    recorded = _recorded_paths(run_dir).get(key)
+    return recorded if isinstance(recorded, str) and Path(recorded).exists() else value
+
+
+def _recorded_paths(run_dir: Path) -> dict:
+    import json
+
+    path = run_dir / RUN_PATHS_FILE
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 16:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -76,9 +106,13 @@ def read_run(path: str | Path) -> RunRecipe:
         data, reward, rollout, train = cfg["data"], cfg["reward"], cfg["rollout"], cfg["train"]
         fields = data.get("fields") or {}
         recipe = RunRecipe(
-            model=_run_model(path, resolve_run_path((cfg.get("model") or {}).get("path") or "", path)),
-            data=resolve_run_path(data.get("eval_source") or data["source"], path),
-            data_dir=resolve_run_path(data.get("data_dir") or "", path),
+            model=_run_model(path, resolve_run_path((cfg.get("model") or {}).get("path") or "", path, "model.path")),
+            data=resolve_run_path(
+                data.get("eval_source") or data["source"],
+                path,
+                "data.eval_source" if data.get("eval_source") else "data.source",
+            ),
+            data_dir=resolve_run_path(data.get("data_dir") or "", path, "data.data_dir"),
             template=data["template"],
             chat_template=data.get("chat_template", "auto"),
             reward=RewardRecipe.from_config(reward),

@@ -466,7 +466,8 @@ def _run_paths(cfg: Config, run_dir: Path, typed: set[str]) -> Config:
         section, name = key.split(".")
         part = getattr(cfg, section)
         if key not in typed and isinstance(getattr(part, name), str):
-            cfg = replace(cfg, **{section: replace(part, **{name: resolve_run_path(getattr(part, name), run_dir)})})
+            resolved = resolve_run_path(getattr(part, name), run_dir, key)
+            cfg = replace(cfg, **{section: replace(part, **{name: resolved})})
     return cfg
 
 

@@ -36,7 +36,7 @@ from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.eval.run_recipe import RUN_PATH_KEYS, portable_path, resolve_run_path
+from hadw.eval.run_recipe import RUN_PATH_KEYS, portable_path, resolve_run_path, write_run_paths
 from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
 from hadw.progress import Bar
 from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
@@ -288,6 +288,8 @@ class Trainer:
         )
         # never through a planted link; paths relative to the run folder (a moved project resumes with no edit)
         atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(self.portable_config()))
+        paths = {key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in RUN_PATH_KEYS}
+        write_run_paths(self.run_dir, paths)
 
     def _resume(self, accept_changes: bool) -> tuple[Path | None, bool]:
         """--resume: (the checkpoint loaded, or None when the run restarts from step 0; whether it restarts)."""
@@ -354,7 +356,7 @@ class Trainer:
             section, name = key.split(".")
             value = (saved.get(section) or {}).get(name)
             if isinstance(value, str) and value:
-                saved[section][name] = portable_path(resolve_run_path(value, self.run_dir), self.run_dir)
+                saved[section][name] = portable_path(resolve_run_path(value, self.run_dir, key), self.run_dir)
         diffs = config_differences(saved, self.portable_config().to_dict(), Config().to_dict())
         if diffs and not accept_changes:
             raise RunDirError(
@@ -874,6 +876,7 @@ class Trainer:
             self._restore_signal_handlers(previous)
             for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
                 shutil.rmtree(tmp, ignore_errors=True)
+            self._phase("")  # the last line is the plain count: the work is over
             with contextlib.suppress(OSError):
                 bar.close()
             self.logger.close()
