@@ -14,6 +14,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The rewards a test names are remembered (hadw.rewards.trust) in a trust file of the test session, never the
+# user's own ~/.config/hadw; commands the tests start inherit it.
+import tempfile  # noqa: E402
+
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="hadw-tests-config-")
 # Tiny models gain nothing from a second thread, and lose a lot when the verifier pool or a second
 # process competes for the 2 cores.
 torch.set_num_threads(1)

@@ -24,9 +24,12 @@ PROBLEM = Problem("What is $1+1$?", "2", None, "x", "x:0")
 
 
 def test_named_templates_without_tokenizer():
-    assert render_prompt(PROBLEM, "paper") == (
-        "What is $1+1$?. Let's think step by step and output the final answer within \\boxed{}."
+    assert render_prompt(PROBLEM, "paper") == (  # no "?." (the question ends its sentence)
+        "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
     )
+    units = Problem("Give it in units.", "2", None, "x", "x:1")
+    assert render_prompt(units, "paper").startswith("Give it in units. Let")
+    assert render_prompt(Problem("Solve $x+1=2$", "1", None, "x", "x:2"), "paper").startswith("Solve $x+1=2$. Let's")
     assert render_prompt(PROBLEM, "verl") == (
         "What is $1+1$? Let's think step by step and output the final answer within \\boxed{}."
     )
@@ -138,3 +141,36 @@ def test_the_time_limit_keeps_a_callers_alarm():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_conversational_rows_keep_their_system_turn_and_a_system_prompt_is_added(tmp_path):
+    """TRL's conversational format in a user's own fields: the system and earlier turns are kept (they were reduced
+    to the last user message); data.system_prompt / --system-prompt adds a system turn, a row's own one wins."""
+    import json
+
+    from hadw.data import load_problems, make_fields, with_system_prompt
+
+    rows = [
+        {
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+            "gold": 4,
+        },
+        {"prompt": [{"role": "user", "content": "What is 3+3?"}], "gold": 6},
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = list(load_problems(str(path), make_fields("auto", "prompt", "gold")))
+    assert [p.question for p in problems] == ["What is 2+2?", "What is 3+3?"]
+    system = "<|system|>"
+    tok = _tokenizer(
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    assert render_prompt(problems[0], "question", tok) == f"{system}Be brief.\n<|user|>What is 2+2?\n<|assistant|>"
+    assert render_prompt(problems[1], "question", tok) == "<|user|>What is 3+3?\n<|assistant|>"
+    added = with_system_prompt(problems, "Answer with a number.")
+    assert render_prompt(added[0], "question", tok).startswith(f"{system}Be brief.\n<|user|>")  # its own is kept
+    assert render_prompt(added[1], "question", tok) == (
+        f"{system}Answer with a number.\n<|user|>What is 3+3?\n<|assistant|>"
+    )
+    assert with_system_prompt(problems, "") is problems

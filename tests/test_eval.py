@@ -50,10 +50,12 @@ def fake_batch(texts: list[str], on_rows_done=None, truncated=()):
         if on_rows_done is not None:
             on_rows_done(1)
     lengths = torch.tensor([len(t) for t in texts])
+    mask = (torch.arange(int(lengths.max())) < lengths[:, None]).long()
     return SimpleNamespace(
         response_texts=texts,
         finish_reasons=["length" if i in truncated else "stop" for i in range(len(texts))],
-        response_mask=(torch.arange(int(lengths.max())) < lengths[:, None]).long(),
+        response_mask=mask,
+        response_ids=mask * 7,  # token ids, one per character (what rewards get as completion_ids)
     )
 
 

@@ -183,3 +183,42 @@ def test_lora_with_gradient_checkpointing_trains_the_adapters(tiny_path, tmp_pat
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(after[n], p) for n, p in adapters.items())
+
+
+def test_a_lora_model_generates_and_scores_without_future_warnings(tiny_path):
+    """hadw's own calls into transformers use the current API: a LoRA model's KV cache went through
+    `past_key_values=` (deprecated, removed in transformers 5.40) on every decode step, with a FutureWarning each."""
+    import warnings
+
+    from hadw.rollout import HFRolloutEngine, SamplingParams
+    from hadw.rollout.lora import LoraSettings, add_lora
+
+    model, tokenizer = load_model(tiny_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        lora = add_lora(model, LoraSettings(4, 8.0, 0.0, "all-linear"), str(tiny_path))
+        for decoder in ("hf", "auto"):
+            batch = HFRolloutEngine(lora, tokenizer, decoder=decoder).generate([[5, 6, 7]], SamplingParams(n=2))
+            assert batch.response_mask.shape[0] == 2
+
+
+def test_an_adapter_refuses_another_model_at_its_base_path(tmp_path):
+    """A LoRA run records its base's fingerprint: another model at that path is refused in one line by eval and by
+    --resume (the adapter was merged silently into whatever sat there)."""
+    import shutil
+
+    from hadw.rollout import build_tiny_model
+    from hadw.rollout.models import ModelNotFoundError
+    from hadw.train.checkpoint import CheckpointError
+
+    shape = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    base = build_tiny_model(tmp_path / "base", seed=0, **shape)
+    run = tmp_path / "run"
+    Trainer(load_config(None, _overrides(base, run, "train.steps=2", "checkpoint.every=1"))).train()
+    load_model(run / "final_model")  # the same base: loads
+    shutil.rmtree(base)
+    build_tiny_model(tmp_path / "base", seed=1, **shape)  # another model, same path, same shape
+    with pytest.raises(ModelNotFoundError, match="is not the one the LoRA adapter .* was trained on"):
+        load_model(run / "final_model")
+    with pytest.raises(CheckpointError, match="is not the one the LoRA adapter"):
+        Trainer(load_config(None, _overrides(base, run, "train.steps=3", "checkpoint.every=1")), resume=True)

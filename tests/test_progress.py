@@ -166,3 +166,21 @@ def test_logging_progress_config_refuses_another_value():
 
     with pytest.raises(ConfigError, match="logging.progress='loud' is not allowed; allowed values: auto, bar, lines"):
         load_config(None, ["logging.progress=loud"])
+
+
+def test_tables_written_to_a_file_or_pipe_are_not_cut_at_80_columns(capsys):
+    """A probe table in a Slurm log read `pro…`, `p_r…`: rich's 80 columns off a terminal. The tables' console keeps
+    every cell whole there (and a terminal keeps its own width)."""
+    from hadw.eval.report import PROBE_ADVANTAGE_COLUMNS, PROBE_BIAS_COLUMNS, probe_rows, rich_table
+    from hadw.progress import FILE_WIDTH, stdout_console
+
+    keys = [k for _, m, _ in PROBE_BIAS_COLUMNS + PROBE_ADVANTAGE_COLUMNS for k in (m if isinstance(m, tuple) else [m])]
+    buckets = {name: dict.fromkeys(keys, 0.123456) for name in ("all", "p∈[0.000, 0.125)", "my_own_dataset/L5")}
+    headers, rows = probe_rows(buckets)
+    headers2, rows2 = probe_rows(buckets, PROBE_ADVANTAGE_COLUMNS)
+    headers, rows = headers + headers2[1:], [a + b[1:] for a, b in zip(rows, rows2, strict=True)]
+    console = stdout_console()
+    assert not console.is_terminal and console.width == FILE_WIDTH
+    console.print(rich_table("Bias of the group baseline: a long title " * 3, headers, rows))
+    out = capsys.readouterr().out
+    assert "…" not in out and all(h in out for h in headers)

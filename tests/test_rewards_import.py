@@ -23,7 +23,8 @@ def trl_accuracy(prompts, completions, solution, log=None, **kwargs):
     arguments) as a JSON line in the file the `log` column names."""
     if log:
         with open(log[0], "a", encoding="utf-8") as f:
-            f.write(json.dumps({"prompts": prompts, "solution": solution, **kwargs}) + "\n")
+            # default=str: TRL's trainer_state is an object, as in TRL
+            f.write(json.dumps({"prompts": prompts, "solution": solution, **kwargs}, default=str) + "\n")
     return [float(c.strip() == str(s)) for c, s in zip(completions, solution, strict=True)]
 
 
@@ -169,6 +170,8 @@ def test_training_on_a_user_jsonl_with_user_fields_and_a_trl_reward(tmp_path):
     assert all(by_prompt[f"{a}+{a}="] == 2 * a for a in range(10) if f"{a}+{a}=" in by_prompt)  # plain template
     assert all(isinstance(s, int) for s in train_calls[0]["solution"])  # the raw column, not the mapped string
     assert set(train_calls[0]["meta"][0]) == {"difficulty"}
+    assert train_calls[0]["trainer_state"].startswith("RewardState(global_step=0")  # TRL 1.x's extra arguments
+    assert len(train_calls[0]["completion_ids"]) == 4
 
 
 def test_a_reward_module_that_exits_or_reads_argv_on_import(tmp_path, monkeypatch):

@@ -59,7 +59,8 @@ def test_eval_of_a_run_folder_prompts_and_scores_like_the_run(file_run, tmp_path
                                          "--no-progress"])  # fmt: skip
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
-    assert len(rows) == 5  # the trainer's held-out rows (data.eval_size), not the whole file
+    # the trainer's held-out rows: min(data.eval_size=5, a fifth of the 24 rows), not the whole file nor its first 5
+    assert len(rows) == 4 == json.loads((file_run / "final_eval.json").read_text())["all"]["count"]
     assert all(r["prompt"].startswith("Q: ") and r["prompt"].endswith(" A:") for r in rows)  # run's template, no chat
     assert all(r["tokens"] <= 3 for r in rows)  # rollout.max_new_tokens
     (recipe,) = json.loads(out.read_text())["recipes"].values()

@@ -377,6 +377,7 @@ def test_a_tiny_warm_start_below_the_level_floor_is_said(tmp_path, capsys):
             "data.source=task:sums",
             "data.levels=[2,3,4]",
             "model.tiny.warm_start_max_steps=50",  # far too few steps to reach the floor on any level
+            "model.tiny.warm_start=sft",  # an SFT here, not the shipped start that fits this task
             "train.steps=0",
             f"train.output_dir={tmp_path / 'run'}",
             "logging.progress=off",

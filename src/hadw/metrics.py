@@ -42,6 +42,7 @@ RUN_ENTRIES = (
     "init_model",
     "tensorboard",
     "reward_errors.jsonl",
+    "run_paths.json",  # the absolute form of the paths config.yaml records relative to the run (run_recipe)
 )
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
@@ -105,6 +106,9 @@ GPU_MAX_RESERVED = "perf/max_memory_reserved_gb"  # torch's peak reserved GPU me
 GREEDY = "greedy"  # accuracy of one greedy (T = 0) answer per problem
 COUNT = "count"  # problems in the bucket
 ALL = "all"  # the bucket of every problem
+# 1 when the reward failed on every completion of the evaluation (raised, timed out, returned garbage): the bucket's
+# accuracies are then NaN (null in JSON), the reward's failure and not the model's score
+REWARD_FAILED = "reward_failed"
 
 
 def avg_at(k: int) -> str:

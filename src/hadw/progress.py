@@ -110,6 +110,7 @@ class Counter:
     def __init__(self, bars: Bars, desc: str, total: int | None, initial: int, unit: str):
         self.desc, self.total, self.unit = desc, total, unit
         self.done, self.initial, self.info = initial, initial, ""
+        self.phase, self.phase_started = "", 0.0  # what the job is doing now (set_phase), and since when
         self._bars = bars
         self._task: Any = None  # the rich task id in bar mode
 
@@ -120,9 +121,20 @@ class Counter:
             self.info = "  ".join(f"{k}={v}" for k, v in info.items())
         self._bars._updated(self)
 
+    def set_phase(self, phase: str) -> None:
+        """Name what the job is doing now ("generating", "updating", "evaluating", ...): a line then says
+        `grpo [generating 0:01:20]: 3/100 steps ...`, so a long step or the final evaluation is never a frozen line."""
+        self.phase, self.phase_started = phase, time.monotonic()
+        self._bars._updated(self)
+
+    def label(self, now: float) -> str:
+        """The description, with the phase and how long it has run."""
+        return f"{self.desc} [{self.phase} {clock(now - self.phase_started)}]" if self.phase else self.desc
+
     def line(self, now: float) -> str:
         elapsed = now - self._bars.started
-        return format_line(self.desc, self.done, self.total, self.unit, elapsed, self.done - self.initial, self.info)
+        label = self.label(now)
+        return format_line(label, self.done, self.total, self.unit, elapsed, self.done - self.initial, self.info)
 
 
 class Bars:
@@ -159,7 +171,8 @@ class Bars:
 
     def _updated(self, counter: Counter) -> None:
         if self._rich is not None:
-            self._rich.update(counter._task, completed=counter.done, info=counter.info)
+            description = f"{counter.desc} [{counter.phase}]" if counter.phase else counter.desc
+            self._rich.update(counter._task, completed=counter.done, info=counter.info, description=description)
         elif self.mode == "lines" and self._every == 0:  # HADW_PROGRESS_INTERVAL=0: a line per update
             self._print([counter])
 
@@ -227,6 +240,11 @@ class Bar:
         if self._counter is not None:
             self._counter.update(advance, **info)
 
+    def set_phase(self, phase: str) -> None:
+        """What the job is doing now (Counter.set_phase); "" clears it."""
+        if self._counter is not None:
+            self._counter.set_phase(phase)
+
     def close(self) -> None:
         self._bars.close()
         self._counter = None
@@ -261,3 +279,17 @@ def _rich_progress():
         console=Console(stderr=True),
         transient=False,
     )
+
+
+# A table written to a file, a pipe or a Slurm log: rich would cut it at 80 columns ("pro…"); this is wide enough for
+# every table hadw prints, and a terminal keeps its own width.
+FILE_WIDTH = 300
+
+
+def stdout_console():
+    """The rich Console that hadw's tables print to: the terminal's width on a terminal, FILE_WIDTH columns elsewhere
+    (no cell is cut or folded into "…" in a log)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=FILE_WIDTH)

@@ -7,7 +7,7 @@ from hadw.data.answers import after_hashes, extract_answer, last_boxed
 from hadw.data.files import BENCHMARKS, iter_rows, load_benchmark, load_dataset_file
 from hadw.data.hub import HUB_BENCHMARKS, HubDataset
 from hadw.data.layouts import LAYOUTS, PAPER_SUFFIX, FieldMap, Layout, detect_layout, get_layout, user_fields
-from hadw.data.problem import DatasetError, Problem
+from hadw.data.problem import DatasetError, Problem, with_system_prompt
 from hadw.data.sources import (
     EVAL_SEED_OFFSET,
     Recipe,
@@ -62,4 +62,5 @@ __all__ = [
     "sample_problems",
     "split_held_out",
     "user_fields",
+    "with_system_prompt",
 ]

@@ -227,7 +227,14 @@ def row_to_problem(
 ) -> Problem:
     """One Problem from one row; `index` (0-based position in the file) makes the fallback uid; `where` (the
     row's file and line) is kept on the Problem for errors found later."""
-    question = fields.question_fn(get_field(row, fields.question))
+    raw_question = get_field(row, fields.question)
+    context: tuple = ()
+    if _is_chat(raw_question):  # TRL's conversational format, in any layout: the turns before the question kept
+        last_user = max(i for i, m in enumerate(raw_question) if m.get("role") == "user")
+        context = tuple({"role": str(m["role"]), "content": _text(m["content"])} for m in raw_question[:last_user])
+        question = _chat_question(raw_question)
+    else:
+        question = fields.question_fn(raw_question)
     if not isinstance(question, str) or not question.strip():
         raise FieldError(f"the prompt field {fields.question!r} is empty; every row needs a question")
     raw_answer = _finite(get_field(row, fields.answer), fields.answer, "answer", "a string or a finite number")
@@ -240,7 +247,17 @@ def row_to_problem(
     if fields.uid:
         with contextlib.suppress(FieldError):
             uid = get_field(row, fields.uid)
-    return Problem(question, answer, level, source, f"{source}:{uid}", row=dict(row), where=where)
+    return Problem(question, answer, level, source, f"{source}:{uid}", row=dict(row), where=where, context=context)
+
+
+def _is_chat(value: Any) -> bool:
+    """A list of {"role", "content"} messages with at least one user turn."""
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+        and any(m.get("role") == "user" for m in value)
+    )
 
 
 def check_answers(problems: Sequence[Problem], fields: FieldMap, name: str) -> None:

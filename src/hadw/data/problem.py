@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hadw.errors import UserError
@@ -22,6 +22,9 @@ class Problem:
               signature receive its columns as keyword arguments. Not part of equality.
     where:    where that row is ("data.jsonl:3", "x.parquet: row 2 (0-based)"), for errors found after loading
               (a prompt too long for the model); None for built-in tasks. Not part of equality.
+    context:  the chat turns before the question, kept as given ({"role", "content"} each): a conversational
+              row's system turn and earlier turns (TRL's conversational format), or a system prompt
+              (with_system_prompt). The template fills the last user turn; a chat template renders them all.
     """
 
     question: str
@@ -31,6 +34,19 @@ class Problem:
     uid: str
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     where: str | None = field(default=None, compare=False, repr=False)
+    context: tuple[Mapping[str, str], ...] = field(default=(), compare=False, repr=False)
+
+
+def with_system_prompt(problems: list[Problem], system_prompt: str) -> list[Problem]:
+    """The problems with `system_prompt` as their first chat turn (data.system_prompt, --system-prompt); a row that
+    has a system turn of its own keeps it. "" changes nothing (the chat template's own default, if it has one)."""
+    if not system_prompt:
+        return problems
+    turn = {"role": "system", "content": system_prompt}
+    return [
+        p if any(m.get("role") == "system" for m in p.context) else replace(p, context=(turn, *p.context))
+        for p in problems
+    ]
 
 
 class DatasetError(UserError, ValueError):

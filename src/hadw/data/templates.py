@@ -1,6 +1,7 @@
 """Prompt templates: a Problem -> the text the policy sees.
 
-"paper"  - the HA-DW paper's prompt (docs/method.md §3.3), sent as one user chat message.
+"paper"  - the HA-DW paper's prompt (docs/method.md §3.3), sent as one user chat message; after a question that
+           already ends a sentence (. ? !) the instruction follows a space, not a second stop ("units.. Let's").
 "verl"   - the same instruction joined with a space, as in verl's MATH parquet (no ".." after a
            question that already ends in a period).
 "boxed"  - the Qwen2.5-Math evaluation prompt (step-by-step, answer in \\boxed{}).
@@ -47,11 +48,15 @@ TEMPLATES: dict[str, str] = {
     "plain": "{question}=",
     "question": "{question}",
 }
+# A question that already ends a sentence: "paper" joins the instruction with a space, not ". " (fill_template)
+SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
 
 
 def fill_template(question: str, template: str) -> str:
     """Fill a named template, or a custom format string containing "{question}" (literal braces as {{}})."""
-    if template in TEMPLATES:
+    if template == "paper" and question.rstrip().endswith(SENTENCE_ENDS):
+        template = TEMPLATES["verl"]  # "units." + ". Let's" would read "units.. Let's": the sentence has its stop
+    elif template in TEMPLATES:
         template = TEMPLATES[template]
     elif "{question}" not in template:
         raise ValueError(
@@ -86,7 +91,8 @@ def render_prompt(
         return text
     if not has_chat_template(tokenizer):
         raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
-    return apply_chat_template(tokenizer, [{"role": "user", "content": text}])
+    context = list(problem.context) if isinstance(problem, Problem) else []  # system and earlier turns, as given
+    return apply_chat_template(tokenizer, [*context, {"role": "user", "content": text}])
 
 
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:

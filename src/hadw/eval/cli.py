@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from hadw.cli_lists import check_range, parse_ints
 from hadw.errors import UserError
@@ -25,6 +24,7 @@ from hadw.eval.report import (
     probe_rows,
     rich_table,
 )
+from hadw.progress import stdout_console
 
 DataOption = typer.Option(
     "--data",
@@ -50,6 +50,11 @@ PromptFieldOption = typer.Option("--prompt-field", help="Your data's question fi
 AnswerFieldOption = typer.Option("--answer-field", help="Your data's gold-answer field (dotted path).")
 LevelFieldOption = typer.Option("--level-field", help="Your data's difficulty-level field (optional).")
 TrustOption = typer.Option("--trust-remote-code", help="Run the model repository's own code (if you trust it).")
+SystemOption = typer.Option(
+    "--system-prompt",
+    help="A system turn before every prompt (chat templates; a row's own system turn is kept). Default: a run "
+    "folder's data.system_prompt, else none (the chat template's own default).",
+)
 
 
 ModelArgument = typer.Argument(
@@ -69,6 +74,13 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
             raise typer.BadParameter(message, param_hint="'--data'")
         return model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     run = read_run(model)
+    if reward == "auto" and ":" in run.reward.name:  # a run folder's config is data: its reward only if trusted
+        from hadw.rewards.loader import import_from
+        from hadw.rewards.trust import check_saved
+
+        folder = check_saved(run.reward.name, Path(model), str(Path(model) / "config.yaml"))
+        if folder is not None:
+            import_from(run.reward.name, folder)
     task = run.data.startswith("task:")
     return (
         str(run.model),
@@ -80,7 +92,8 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
         run.chat_template if chat_template == "auto" else chat_template,
         fields if any(fields) else run.fields,
         levels if levels is not None or not (task and run.levels) else ",".join(map(str, run.levels)),
-        limit if limit is not None else run.eval_size,  # the held-out items the trainer scored
+        # a task's held-out items the trainer scored; a file's are picked from the whole file (_trainer_held_out)
+        limit if limit is not None or not task else run.eval_size,
         seed if seed != 0 else run.seed,  # a task's held-out items follow the run's seed
     )
 
@@ -90,6 +103,29 @@ def _run_dir(model: str) -> str | None:
     from hadw.eval.run_recipe import is_run_dir
 
     return model if is_run_dir(model) else None
+
+
+def _trainer_held_out(sources, run_dir: str) -> None:
+    """A run's own file source: the rows its trainer held out and scored (hadw.data.split_held_out), not the first
+    data.eval_size rows of the file (some of which it trained on)."""
+    from hadw.data import split_held_out
+    from hadw.eval.run_recipe import read_run
+
+    eval_size = read_run(run_dir).eval_size
+    for source in sources:
+        if not source.name.startswith("task:"):
+            source.problems = split_held_out(source.problems, eval_size)[1]
+
+
+def _add_system_prompt(sources, system_prompt: str | None, run_dir: str | None) -> None:
+    """--system-prompt (default: the run's data.system_prompt) as every problem's first chat turn."""
+    from hadw.data import with_system_prompt
+    from hadw.eval.run_recipe import read_run
+
+    if system_prompt is None and run_dir is not None:
+        system_prompt = read_run(run_dir).system_prompt
+    for source in sources:
+        source.problems = with_system_prompt(source.problems, system_prompt or "")
 
 
 def _load_sources(
@@ -146,6 +182,11 @@ def _say_length_limit(command: str, data: list[str], max_new_tokens: int | None)
             "(the default for a dataset: room for a chain of thought); --max-new-tokens N to change it",
             err=True,
         )
+
+
+def _reward_name(reward) -> str:
+    """A source's reward: a name, or a run's RewardRecipe."""
+    return getattr(reward, "name", reward)
 
 
 def _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward) -> None:
@@ -315,6 +356,7 @@ def eval_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
+    system_prompt: Annotated[str | None, SystemOption] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
     device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
     json_path: Annotated[str | None, JsonOption] = None,
@@ -349,11 +391,14 @@ def eval_cmd(
         raise typer.BadParameter(f"every j must satisfy 1 <= j <= k={k}; got {pass_ks}", param_hint="'--pass-k'")
     _check_outputs(samples, markdown, json_path, overwrite)  # before minutes of generation, not after
     fields = (prompt_field, answer_field, level_field)
-    run_dir = _run_dir(model)
+    run_dir, given_data = _run_dir(model), data
     model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed = _with_run(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    if run_dir is not None and given_data is None and limit is None:
+        _trainer_held_out(sources, run_dir)
+    _add_system_prompt(sources, system_prompt, run_dir)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.evaluate import evaluate_sources
 
@@ -380,7 +425,7 @@ def eval_cmd(
         bar.close()
     headers, rows = eval_rows(result.buckets)
     title = f"{model}: greedy" + (f", avg@{k} and pass@k at T={temperature:g}" if result.sampled is not None else "")
-    notes = completion_notes(result.stats)
+    notes = completion_notes(result.stats, result.reward_failures)
     if samples:
         text = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in result.samples)
         write_output(samples, text, "--samples", owned_samples, overwrite)
@@ -392,10 +437,12 @@ def eval_cmd(
         write_output(markdown, markdown_marker("eval") + text, "--markdown", owned_markdown("eval"), overwrite)
     _write_json(json_path, {"model": str(model), **result.to_dict()}, "eval", overwrite)
     if json_path != "-":
-        console = Console()
+        console = stdout_console()
         console.print(rich_table(title, headers, rows))
         for note in notes:
             console.print(note, markup=False, highlight=False)
+    if result.reward_failures:  # after the outputs (they record it): a script must not read the table as scores
+        raise typer.Exit(1)
 
 
 def probe_cmd(
@@ -440,6 +487,7 @@ def probe_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (tasks: also picks the held-out items).")] = 0,
     chat_template: Annotated[str, ChatOption] = "auto",
+    system_prompt: Annotated[str | None, SystemOption] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32 | bfloat16.")] = "float32",
     device: Annotated[str, typer.Option("--device", help="auto (cuda when available) | cpu | cuda.")] = "auto",
     png: Annotated[Path, typer.Option("--png", help="Figure path.")] = Path("probe.png"),
@@ -468,6 +516,7 @@ def probe_cmd(
         model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     )
     sources = _load_sources(data, data_dir, limit, levels, template, reward, max_new_tokens, seed, fields)
+    _add_system_prompt(sources, system_prompt, run_dir)
     # imported after the option checks: a bad option is one line without torch (tests/test_cli_startup.py)
     from hadw.eval.plots import plot_probe
     from hadw.eval.probe import model_sampler, probe_stats, sample_probe
@@ -494,6 +543,11 @@ def probe_cmd(
             )
             parts.append(sample_probe(sampler, source.problems, group_size, reference, groups, seed))
             problems += source.problems
+            if sampler.reward_failure is not None:  # the reward's failure, not a measurement of the model
+                raise UserError(
+                    f"probe: {source.name}: reward {_reward_name(source.reward)!r} failed on every completion of a "
+                    f"batch ({sampler.reward_failure}); nothing to measure: fix the reward (or its data columns)"
+                )
             if sampler.reward_errors:  # never a silent row of zeros
                 typer.secho(
                     f"warning: {source.name}: the reward failed on {sampler.reward_errors} completions "
@@ -519,7 +573,7 @@ def probe_cmd(
         overwrite,
     )
     if json_path != "-":
-        console = Console()
+        console = stdout_console()
         headers, rows = probe_rows(report.buckets)
         title = (
             f"Bias of the group baseline: A − Â = p̂ − p_ref in groups of G={group_size}, p_ref from N={reference} "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hadw.data import FieldMap, Problem, default_recipe, load_problems
+from hadw.rewards.combine import RewardRecipe
 
 DEFAULT_TASK_SIZE = 200
 
@@ -27,7 +28,7 @@ class EvalSource:
     name: str  # the spec as given ("task:addition", "benchmark:math500", a path)
     problems: list[Problem]
     template: str
-    reward: str
+    reward: str | RewardRecipe  # a name (a bare model's --reward), or a run's recipe: called as training calls it
     max_new_tokens: int
 
 
@@ -39,7 +40,7 @@ def load_source(
     seed: int = 0,
     fields: str | FieldMap = "auto",
     template: str = "auto",
-    reward: str = "auto",
+    reward: str | RewardRecipe = "auto",
     max_new_tokens: int | None = None,
 ) -> EvalSource:
     """Parse one --data spec and load its problems. "auto" picks the per-kind default (module docstring).

@@ -11,6 +11,7 @@ tokens) so a zero accuracy can be looked at (`hadw eval --samples FILE`), and su
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,9 +26,10 @@ from hadw.data.answers import extract_answer
 from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.eval.data import EvalSource
 from hadw.eval.memory import peak_memory_metrics
-from hadw.rewards import RewardSpec, score
+from hadw.rewards import RewardRecipe, score_problems
 from hadw.rewards.verifiers import to_int
 from hadw.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
+from hadw.rollout.batch import completion_ids
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -51,6 +53,9 @@ class EvalReport:
     seconds: float = 0.0  # generation wall time
     greedy: bool = True  # temperature 0: the mean is called "greedy", else "avg@k"
     reward_errors: int = 0  # completions the reward failed on (raised, timed out, bad score): scored 0
+    # Set when the reward failed on every completion ("kind: message" of its first failure): the scores are the
+    # reward's failure, not the model's, so the summary's accuracies are NaN (shown as an error, never 0.000).
+    reward_failure: str | None = None
 
     @property
     def mean_key(self) -> str:
@@ -126,7 +131,7 @@ def evaluate(
     tokenizer,
     problems: Sequence[Problem],
     template: str = "plain",
-    reward: str = "exact",
+    reward: str | RewardRecipe = "exact",
     k: int = 1,
     temperature: float = 0.0,
     top_p: float = 1.0,
@@ -138,16 +143,20 @@ def evaluate(
     pass_ks: Sequence[int] = (),
     progress=None,
 ) -> EvalReport:
-    """Sample k responses per problem (greedy when temperature = 0) and score them with `reward`.
+    """Sample k responses per problem (greedy when temperature = 0) and score them with `reward`: a reward name, or
+    a run's RewardRecipe, called exactly as training calls it (hadw.rewards.score_problems: the prompts and every
+    data column by its own name).
 
     progress: an optional callable(advance: int) called as problems finish (all k of their responses).
     """
+    recipe = reward if isinstance(reward, RewardRecipe) else RewardRecipe(reward)
+    specs = [recipe.spec()]
     engine = engine or HFRolloutEngine(model, tokenizer)
     prompts = [render_prompt(p, template, tokenizer, use_chat_template) for p in problems]
     _refuse_long_prompts(problems, prompts, tokenizer, getattr(model, "config", None))
     correct: list[list[float]] = []
     samples: list[dict] = []
-    seconds, reward_errors = 0.0, 0
+    seconds, reward_errors, first_failure = 0.0, 0, None
     for start in range(0, len(problems), batch_size):
         chunk = prompts[start : start + batch_size]
         ids = [tokenizer(text, add_special_tokens=False).input_ids for text in chunk]
@@ -158,10 +167,15 @@ def evaluate(
         with torch.no_grad():
             batch = engine.generate(ids, params, on_rows_done=_per_problem(progress, k))
         seconds += time.perf_counter() - t0
-        answers = [problems[start + i // k].answer for i in range(len(batch.response_texts))]
-        result = score(batch.response_texts, answers, [RewardSpec(reward)], correctness=reward)
+        rows = [problems[start + i // k] for i in range(len(batch.response_texts))]
+        result = score_problems(
+            batch.response_texts, rows, template, specs, recipe.name, recipe.timeout_s, recipe.completion_format,
+            completion_ids(batch),
+        )  # fmt: skip
         reward_errors += result.num_errors + result.num_timeouts
-        failed = result.first_errors.get(reward)  # shown on its sample (kind: message), counted in the notes
+        failed = result.first_errors.get(recipe.name)  # shown on its sample (kind: message), counted in the notes
+        if failed is not None and first_failure is None:
+            first_failure = f"{failed.kind}: {failed.message}"
         scores = result.correctness.tolist()
         correct += [scores[i * k : (i + 1) * k] for i in range(len(chunk))]
         lengths = batch.response_mask.sum(dim=1).tolist()
@@ -170,14 +184,20 @@ def evaluate(
             samples.append({
                 "source": problem.source, "level": problem.level, "index": start + i // k, "sample": i % k,
                 "temperature": temperature, "prompt": chunk[i // k], "completion": text,
-                "extracted": extracted_answer(text, reward), "gold": problem.answer, "score": scores[i],
+                "extracted": extracted_answer(text, recipe.name), "gold": problem.answer, "score": scores[i],
                 "finish_reason": batch.finish_reasons[i], "tokens": int(lengths[i]),
             })  # fmt: skip
             if failed is not None and failed.row == i:
                 samples[-1]["reward_error"] = f"{failed.kind}: {failed.message}"
     mean_key = M.GREEDY if k == 1 and temperature == 0 else M.avg_at(k)
     summary = _summarise(correct, problems, pass_ks, mean_key)
-    return EvalReport(correct, list(problems), k, summary, samples, seconds, temperature == 0, reward_errors)
+    failure = first_failure if samples and reward_errors >= len(samples) else None
+    if failure is not None:  # every score is the reward's failure: no accuracy at all, never a 0.000
+        summary = {key: {m: v if m == M.COUNT else math.nan for m, v in row.items()} for key, row in summary.items()}
+        summary[M.ALL][M.REWARD_FAILED] = 1.0
+    report = EvalReport(correct, list(problems), k, summary, samples, seconds, temperature == 0, reward_errors)
+    report.reward_failure = failure
+    return report
 
 
 def _per_problem(progress, k: int):
@@ -214,6 +234,9 @@ class EvalResult:
     samples: list[dict] = field(default_factory=list)  # every completion, greedy then sampled, per source
     # source name -> how it was prompted and scored: {"template", "reward", "max_new_tokens"}
     recipes: dict[str, dict] = field(default_factory=dict)
+    # "<source> (<mode>)" -> the first failure of a reward that failed on every completion there ("kind: message");
+    # that source's buckets, and "all", hold NaN accuracies: an error, never a score
+    reward_failures: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -223,6 +246,7 @@ class EvalResult:
             "recipes": self.recipes,
             "buckets": self.buckets,
             "stats": self.stats,
+            "reward_failures": self.reward_failures,
         }
 
 
@@ -255,11 +279,16 @@ def evaluate_sources(
         pass_ks = ()
 
     reward_errors = {"greedy": 0, "sampled": 0}
+    failures: dict[str, str] = {}
+    failed_buckets: set[str] = set()  # the problems' own source names: the table's bucket keys
 
-    def run(mode: str, report: EvalReport) -> list[list[float]]:
+    def run(mode: str, report: EvalReport, source: str) -> list[list[float]]:
         records, seconds = runs[mode]
         runs[mode] = (records + [{"mode": mode, **r} for r in report.samples], seconds + report.seconds)
         reward_errors[mode] += report.reward_errors
+        if report.reward_failure is not None:
+            failures[f"{source} ({mode})"] = report.reward_failure
+            failed_buckets.update(p.source for p in report.problems)
         return report.correct
 
     for source in sources:
@@ -274,11 +303,13 @@ def evaluate_sources(
             progress=progress,
         )
         problems += source.problems
-        greedy += run("greedy", evaluate(model, tokenizer, source.problems, k=1, temperature=0.0, **common))
+        report = evaluate(model, tokenizer, source.problems, k=1, temperature=0.0, **common)
+        greedy += run("greedy", report, source.name)
         if sample:
             sampled += run(
                 "sampled",
                 evaluate(model, tokenizer, source.problems, k=k, temperature=temperature, top_p=top_p, **common),
+                source.name,
             )
     table = {
         key: {M.COUNT: row[M.COUNT], M.GREEDY: row[M.GREEDY]}
@@ -293,6 +324,7 @@ def evaluate_sources(
         if reward_errors[mode]:  # a failing reward is shown (completion_notes), never a silent row of zeros
             stats[mode]["reward_errors"] = float(reward_errors[mode])
     stats["memory"] = peak_memory_metrics()
+    _mark_failed(table, failed_buckets)
     return EvalResult(
         table,
         k,
@@ -302,5 +334,23 @@ def evaluate_sources(
         sampled if sample else None,
         stats,
         runs["greedy"][0] + runs["sampled"][0],
-        {s.name: {"template": s.template, "reward": s.reward, "max_new_tokens": s.max_new_tokens} for s in sources},
+        {
+            s.name: {"template": s.template, "reward": _name(s.reward), "max_new_tokens": s.max_new_tokens}
+            for s in sources
+        },
+        failures,
     )
+
+
+def _name(reward: str | RewardRecipe) -> str:
+    return reward.name if isinstance(reward, RewardRecipe) else reward
+
+
+def _mark_failed(table: dict[str, dict[str, float]], sources: set[str]) -> None:
+    """NaN for every accuracy of the failed sources' buckets and of "all" (it averages them in): the reward failed
+    on every completion there, so no number is the model's. The count stays; REWARD_FAILED marks the bucket."""
+    if not sources:
+        return
+    for key, row in table.items():
+        if key == M.ALL or key in sources or key.rsplit("/L", 1)[0] in sources:
+            table[key] = {m: v if m == M.COUNT else math.nan for m, v in row.items()} | {M.REWARD_FAILED: 1.0}

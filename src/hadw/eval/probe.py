@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hadw.data import Problem
+from hadw.rewards.combine import RewardRecipe
 from hadw.theory import bias as theory_bias
 from hadw.theory import p_nondegenerate, prob_misestimate
 
@@ -37,7 +38,7 @@ def model_sampler(
     model,
     tokenizer,
     template: str,
-    reward: str,
+    reward: str | RewardRecipe,
     temperature: float = 1.0,
     top_p: float = 1.0,
     max_new_tokens: int = 16,
@@ -71,9 +72,12 @@ def model_sampler(
             progress=progress,
         )
         sample.reward_errors += report.reward_errors  # type: ignore[attr-defined]
+        if report.reward_failure is not None:  # every completion failed: the probe has nothing to measure
+            sample.reward_failure = report.reward_failure  # type: ignore[attr-defined]
         return np.asarray(report.correct, dtype=float).reshape(len(problems), n)
 
     sample.reward_errors = 0  # type: ignore[attr-defined]  # completions the reward failed on (scored 0)
+    sample.reward_failure = None  # type: ignore[attr-defined]  # set when it failed on every completion of a batch
     return sample
 
 

@@ -51,7 +51,7 @@ def eval_rows(buckets: dict[str, dict[str, float]]) -> tuple[list[str], list[lis
     """Headers and rows of an evaluation table: bucket, count, then every metric in a stable order."""
     metrics: list[str] = []
     for row in buckets.values():
-        metrics += [m for m in row if m != "count" and m not in metrics]
+        metrics += [m for m in row if m not in ("count", M.REWARD_FAILED) and m not in metrics]
     metrics.sort(key=lambda m: (m != "greedy", not m.startswith("avg@"), int(m.split("@")[1]) if "@" in m else 0))
     rows = [
         [key, str(int(buckets[key]["count"])), *(fmt(buckets[key].get(m)) for m in metrics)]
@@ -60,9 +60,10 @@ def eval_rows(buckets: dict[str, dict[str, float]]) -> tuple[list[str], list[lis
     return ["bucket", "n", *metrics], rows
 
 
-def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
+def completion_notes(stats: dict[str, dict[str, float]], reward_failures: dict[str, str] | None = None) -> list[str]:
     """One line per generation mode ("greedy", "sampled") of `EvalResult.stats`, plus peak memory, e.g.
-    "greedy: 500 completions, 93.2% with an extracted answer, 4.1% truncated at the length limit, 812 tokens/s"."""
+    "greedy: 500 completions, 93.2% with an extracted answer, 4.1% truncated at the length limit, 812 tokens/s".
+    reward_failures (EvalResult.reward_failures): an error line each, in place of any diagnosis of the model."""
     lines = [
         f"{mode}: {int(s['completions'])} completions, {s['answered']:.1%} with an extracted answer, "
         f"{s['truncated']:.1%} truncated at the length limit, {fmt(s['tokens_per_s'], 0)} tokens/s"
@@ -75,7 +76,17 @@ def completion_notes(stats: dict[str, dict[str, float]]) -> list[str]:
         if M.GPU_MAX_ALLOCATED in memory:
             parts.append(f"GPU max allocated {memory[M.GPU_MAX_ALLOCATED]:.2f} GiB")
         lines.append("memory: " + ", ".join(parts))
+    failures = reward_failures or {}
+    for where, failure in failures.items():
+        lines.append(
+            f"error: the reward failed on every completion of {where} ({failure}), so the table has no accuracy "
+            "for it (—): these are the reward's errors, not the model's answers; fix the reward or the data "
+            "columns it reads (--samples shows the failure under reward_error)"
+        )
+    failed_modes = {where.rsplit("(", 1)[-1].rstrip(")") for where in failures}
     for mode, s in stats.items():
+        if mode in failed_modes:
+            continue
         if mode != "memory" and s.get("reward_errors"):
             lines.append(
                 f"warning: the reward failed on {int(s['reward_errors'])} of {int(s['completions'])} {mode} "

@@ -8,10 +8,12 @@ was trained; an explicit option still overrides each one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hadw.errors import UserError
+from hadw.rewards.combine import RewardRecipe
 
 RUN_CONFIG = "config.yaml"
 
@@ -25,12 +27,67 @@ class RunRecipe:
     data_dir: str  # data.data_dir
     template: str  # data.template (resolved: never "auto")
     chat_template: str  # data.chat_template: auto | always | never
-    reward: str  # reward.correctness: the 0/1 signal the trainer evaluates with
+    # reward.correctness, the 0/1 signal the trainer evaluates with, called as training calls it (reward.isolated,
+    # reward.completion_format, reward.timeout_s; every data column by its name)
+    reward: RewardRecipe
     max_new_tokens: int  # rollout.max_new_tokens
     fields: tuple[str | None, str | None, str | None]  # data.fields.prompt / answer / level
     levels: list[int] | None  # data.levels (task sources)
     seed: int  # train.seed: picks a task's held-out items
     eval_size: int  # data.eval_size: how many held-out items the trainer scored
+    system_prompt: str = ""  # data.system_prompt: the system turn before every prompt
+
+
+# Config keys that name a file or folder: a run's config.yaml and checkpoints record them relative to the run folder
+# (portable_path), so a project copied to another path or machine resumes and evaluates with no edit.
+RUN_PATH_KEYS = ("model.path", "data.source", "data.eval_source", "data.data_dir", "train.output_dir")
+
+
+def portable_path(value: str, run_dir: Path) -> str:
+    """A local path as written into a run's files: relative to the run folder ("../../data/q.jsonl"); a spec
+    (task:, benchmark:, hf:), a Hub id or a path that does not exist stays as it is."""
+    if not value or ":" in value or not Path(value).exists():
+        return value
+    return os.path.relpath(Path(value).absolute(), run_dir.absolute())
+
+
+RUN_PATHS_FILE = "run_paths.json"  # beside config.yaml: the same paths, absolute (a run moved without its data)
+
+
+def write_run_paths(run_dir: Path, paths: dict[str, str]) -> None:
+    """Record the absolute form of the run's path keys (key -> path) beside its config.yaml."""
+    import json
+
+    from hadw.safe_files import atomic_write_text
+
+    absolute = {k: str(Path(v).absolute()) for k, v in paths.items() if v and ":" not in v and Path(v).exists()}
+    atomic_write_text(run_dir / RUN_PATHS_FILE, json.dumps(absolute, indent=1) + "\n")
+
+
+def resolve_run_path(value: str, run_dir: Path, key: str = "") -> str:
+    """A path read from a run's files: relative to the run folder when it exists from there (portable_path's form:
+    a project moved whole), else the absolute path recorded for `key` in run_paths.json when that exists (the run
+    folder moved alone), else as written (an older run's, relative to where it was started)."""
+    if not value or ":" in value or Path(value).is_absolute():
+        return value
+    candidate = run_dir / value
+    if candidate.exists():
+        return os.path.normpath(candidate.absolute())
+    recorded = _recorded_paths(run_dir).get(key)
+    return recorded if isinstance(recorded, str) and Path(recorded).exists() else value
+
+
+def _recorded_paths(run_dir: Path) -> dict:
+    import json
+
+    path = run_dir / RUN_PATHS_FILE
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 16:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -49,17 +106,22 @@ def read_run(path: str | Path) -> RunRecipe:
         data, reward, rollout, train = cfg["data"], cfg["reward"], cfg["rollout"], cfg["train"]
         fields = data.get("fields") or {}
         recipe = RunRecipe(
-            model=_run_model(path, (cfg.get("model") or {}).get("path") or ""),
-            data=data.get("eval_source") or data["source"],
-            data_dir=data.get("data_dir") or "",
+            model=_run_model(path, resolve_run_path((cfg.get("model") or {}).get("path") or "", path, "model.path")),
+            data=resolve_run_path(
+                data.get("eval_source") or data["source"],
+                path,
+                "data.eval_source" if data.get("eval_source") else "data.source",
+            ),
+            data_dir=resolve_run_path(data.get("data_dir") or "", path, "data.data_dir"),
             template=data["template"],
             chat_template=data.get("chat_template", "auto"),
-            reward=reward.get("correctness") or reward["functions"][0],
+            reward=RewardRecipe.from_config(reward),
             max_new_tokens=int(rollout["max_new_tokens"]),
             fields=(fields.get("prompt") or None, fields.get("answer") or None, fields.get("level") or None),
             levels=data.get("levels"),
             seed=int(train.get("seed", 0)),
             eval_size=int(data.get("eval_size", 200)),
+            system_prompt=str(data.get("system_prompt") or ""),
         )
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, IndexError) as err:
         raise UserError(f"{config_file}: not a usable run config ({type(err).__name__}: {err})") from None

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from hadw import metrics as M
 from hadw.cli_lists import check_range, parse_ints
 from hadw.eval.cli import JsonOption, OverwriteOption, _bar, _write_json
 from hadw.eval.report import compare_rows, jsonable, markdown_table, rich_table
+from hadw.progress import stdout_console
 from hadw.train.cli import _quiet_transformers
 
 # = hadw.experiments.launchers.DEFAULT_SIGNAL_LEAD_S (submitit's default), not imported from there: a bad option
@@ -383,20 +383,20 @@ def compare_cmd(
         sections.append(f"## final {name}\n\n{legend}\n\n" + markdown_table(headers, rows))
         if json_path != "-":
             title = f"final {name}: mean [{confidence:.0%} {method} CI] over seeds; primary: {primary_key}"
-            Console().print(rich_table(title, headers, rows))
+            stdout_console().print(rich_table(title, headers, rows))
     if primary_key is not None:  # where the paired variance comes from, and what more problems / seeds would buy
         headers, rows = cmp.variance_rows(result, primary_key)
         sections.append(
             f"## Where the variance is: {primary_key}\n\n{VARIANCE_LEGEND}\n\n" + markdown_table(headers, rows)
         )
         if json_path != "-" and rows:
-            Console().print(rich_table(f"variance of the paired difference, {primary_key}", headers, rows))
+            stdout_console().print(rich_table(f"variance of the paired difference, {primary_key}", headers, rows))
     sequential_data = None
     if sequential and primary_key is not None:
         headers, rows, sequential_data = _sequential_rows(result, primary_key, max_seeds, equivalence_margin)
         sections.append(f"## Sequential: {primary_key}\n\n{SEQUENTIAL_LEGEND}\n\n" + markdown_table(headers, rows))
         if json_path != "-":
-            Console().print(rich_table(f"sequential: {primary_key}", headers, rows))
+            stdout_console().print(rich_table(f"sequential: {primary_key}", headers, rows))
     missing = {a: s for a, s in result.missing.items() if s}
     note = f"\nUnfinished runs (left out): {missing}\n" if missing else ""
     from hadw.safe_files import markdown_marker

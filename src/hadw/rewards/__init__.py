@@ -18,7 +18,7 @@ from hadw.rewards.base import (
     register_reward,
     run_reward,
 )
-from hadw.rewards.combine import RewardResult, RewardSpec, score
+from hadw.rewards.combine import RewardRecipe, RewardResult, RewardSpec, score, score_problems
 from hadw.rewards.loader import TRLReward, is_import_path, resolve_reward, reward_inputs, trl_reward
 from hadw.rewards.math_any import math_any_item
 from hadw.rewards.pool import VerifierPool, configure_pool, get_pool, shutdown_pool
@@ -36,6 +36,7 @@ __all__ = [
     "RewardFailure",
     "RewardFn",
     "RewardFunction",
+    "RewardRecipe",
     "RewardResult",
     "RewardSpec",
     "TRLReward",
@@ -53,6 +54,7 @@ __all__ = [
     "reward_inputs",
     "run_reward",
     "score",
+    "score_problems",
     "shutdown_pool",
     "trl_reward",
 ]

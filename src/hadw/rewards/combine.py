@@ -6,8 +6,9 @@ correctness[i] = the designated correctness reward (0/1)                (HA-DW's
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hadw.rewards.base import (
     DEFAULT_TIMEOUT_S,
@@ -22,6 +23,8 @@ from hadw.rewards.base import (
 if TYPE_CHECKING:  # torch is imported inside score(): pool workers import this package and start faster
     import torch
 
+    from hadw.data import Problem
+
 
 @dataclass(frozen=True)
 class RewardSpec:
@@ -30,6 +33,40 @@ class RewardSpec:
     name: str
     weight: float = 1.0
     fn: RewardFn | None = None  # None: look `name` up in the registry
+
+
+@dataclass(frozen=True)
+class RewardRecipe:
+    """How the 0/1 correctness reward is called: one recipe for training and for every evaluation of the run
+    (the trainer's own, `hadw eval`, `hadw probe`), so a reward scores the same completion the same way everywhere.
+
+    name: a registered reward or an import path; isolated: an import path that is a per-item f(completion, answer)
+    for the verifier pool (reward.isolated); completion_format: text | messages (reward.completion_format);
+    timeout_s: per item (reward.timeout_s)."""
+
+    name: str
+    isolated: bool = False
+    completion_format: str = "text"
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+
+    @staticmethod
+    def from_config(reward: Mapping[str, Any]) -> RewardRecipe:
+        """The recipe of a run's `reward` section (a Config's, or a config.yaml's as a dict): its correctness
+        reward (default: the first of `functions`), called as the run calls it."""
+        name = reward.get("correctness") or reward["functions"][0]
+        timeout = reward.get("timeout_s", DEFAULT_TIMEOUT_S)
+        return RewardRecipe(
+            str(name),
+            name in (reward.get("isolated") or ()),
+            str(reward.get("completion_format") or "text"),
+            None if timeout is None else float(timeout),
+        )
+
+    def spec(self) -> RewardSpec:
+        """The recipe as the one weighted term of a total (weight 1)."""
+        from hadw.rewards.loader import resolve_reward
+
+        return RewardSpec(self.name, 1.0, resolve_reward(self.name, self.isolated))
 
 
 @dataclass(frozen=True)
@@ -56,6 +93,7 @@ def score(
     prompts: list[str] | None = None,
     columns: dict[str, list] | None = None,
     completion_format: str = "text",
+    extra: Mapping[str, Any] | None = None,
 ) -> RewardResult:
     """Score N completions against their gold answers.
 
@@ -81,7 +119,7 @@ def score(
     results: dict[str, ItemScores] = {}
     for name, fn in fns.items():
         if isinstance(fn, TRLReward):
-            results[name] = fn.run(completions, answers, prompts, columns, timeout_s, completion_format)
+            results[name] = fn.run(completions, answers, prompts, columns, timeout_s, completion_format, extra)
         else:
             results[name] = run_reward(fn, completions, answers, timeout_s)
     results[correctness] = _binary(results[correctness], correctness)
@@ -102,6 +140,32 @@ def score(
         first_errors={name: r.first_error for name, r in results.items() if r.first_error is not None},
         failed_all=[name for name, r in results.items() if r.all_failed],
     )
+
+
+def score_problems(
+    completions: list[str],
+    problems: Sequence[Problem],
+    template: str,
+    specs: list[RewardSpec],
+    correctness: str,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    completion_format: str = "text",
+    completion_ids: list[list[int]] | None = None,
+    trainer_state: Any = None,
+) -> RewardResult:
+    """score() of completion i against problems[i]: the one way hadw calls rewards, in training and in every
+    evaluation. Rewards with TRL's signature get the prompts (the template filled in), every column of the
+    rows by its own name (loader.reward_inputs), and as TRL 1.x passes them `completion_ids` (each completion's
+    token ids) and `trainer_state` (loader.RewardState in training, None elsewhere); so a reward that names its
+    gold column (`gold`, `solution`) scores a completion identically wherever it is scored."""
+    from hadw.rewards.loader import reward_inputs
+
+    answers = [p.answer for p in problems]
+    prompts, columns = reward_inputs(problems, template)
+    if completion_ids is not None:
+        columns.setdefault("completion_ids", completion_ids)  # a data column of that name stays the data's
+    extra = {"trainer_state": trainer_state}
+    return score(completions, answers, specs, correctness, timeout_s, prompts, columns, completion_format, extra)
 
 
 def _binary(result: ItemScores, name: str) -> ItemScores:

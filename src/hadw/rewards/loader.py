@@ -52,18 +52,29 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
+@dataclass(frozen=True)
+class RewardState:
+    """What TRL passes a reward as `trainer_state`, the fields that mean something here: the optimiser step being
+    scored (0-based, TRL's global_step) and the run's train.steps. None in `hadw eval` / `hadw probe`."""
+
+    global_step: int
+    max_steps: int
+
+
 def _trl_call(
     fn: Callable,
     completions: list[str],
     prompts: list[str],
     columns: Mapping[str, list],
     completion_format: str = "text",
+    extra: Mapping[str, Any] | None = None,
 ) -> list[object]:
     """fn called as TRL calls a reward: keyword arguments, only those it names when it takes no **kwargs; the
-    completions as text, or as TRL passes them for a conversational dataset (completion_format="messages")."""
+    completions as text, or as TRL passes them for a conversational dataset (completion_format="messages");
+    extra: arguments for the whole batch (trainer_state)."""
     if completion_format == "messages":
         completions = [[{"role": "assistant", "content": c}] for c in completions]  # type: ignore[misc]
-    kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
+    kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns, **(extra or {})}
     params = inspect.signature(fn).parameters.values()
     if not any(p.kind is p.VAR_KEYWORD for p in params):  # no **kwargs: pass only what it names
         names = {p.name for p in params}
@@ -99,9 +110,14 @@ class ImportPathCall:
             _import(self.spec, self.folder)  # cached: the calls find it loaded (or raise the import's error)
 
     def __call__(
-        self, completions: list[str], prompts: list[str], columns: Mapping[str, list], completion_format: str = "text"
+        self,
+        completions: list[str],
+        prompts: list[str],
+        columns: Mapping[str, list],
+        completion_format: str = "text",
+        extra: Mapping[str, Any] | None = None,
     ) -> list[object]:
-        return _trl_call(_import(self.spec, self.folder), completions, prompts, columns, completion_format)
+        return _trl_call(_import(self.spec, self.folder), completions, prompts, columns, completion_format, extra)
 
 
 @dataclass(frozen=True)
@@ -114,9 +130,14 @@ class TRLReward:
     remote: ImportPathCall | None = None
 
     def _call(
-        self, completions: list[str], prompts: list[str], columns: Mapping[str, list], completion_format: str = "text"
+        self,
+        completions: list[str],
+        prompts: list[str],
+        columns: Mapping[str, list],
+        completion_format: str = "text",
+        extra: Mapping[str, Any] | None = None,
     ) -> list[object]:
-        return _trl_call(self.fn, completions, prompts, columns, completion_format)
+        return _trl_call(self.fn, completions, prompts, columns, completion_format, extra)
 
     def run(
         self,
@@ -126,15 +147,17 @@ class TRLReward:
         columns: Mapping[str, list] | None = None,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         completion_format: str = "text",
+        extra: Mapping[str, Any] | None = None,
     ) -> ItemScores:
         """One call for the batch under timeout_s per item; if it raises, exits or times out, item by item, so
-        one bad item scores 0 and is counted by kind (hadw.rewards.base.run_batch). None scores 0 and is counted."""
+        one bad item scores 0 and is counted by kind (hadw.rewards.base.run_batch). None scores 0 and is counted.
+        extra: keyword arguments for the whole batch (trainer_state), passed as they are."""
         prompts = prompts if prompts is not None else [""] * len(completions)
         columns = {"answer": answers, **(columns or {})}
 
-        def args(rows: list[int]) -> tuple[list[str], list[str], dict[str, list], str]:
+        def args(rows: list[int]) -> tuple[list[str], list[str], dict[str, list], str, Mapping[str, Any] | None]:
             picked = {k: [v[i] for i in rows] for k, v in columns.items()}
-            return [completions[i] for i in rows], [prompts[i] for i in rows], picked, completion_format
+            return [completions[i] for i in rows], [prompts[i] for i in rows], picked, completion_format, extra
 
         if self.remote is not None and timeout_s is not None:
             return run_batch_isolated(self.name, self.remote, args, len(completions), timeout_s)
@@ -144,12 +167,29 @@ class TRLReward:
         return self.run(completions, answers).scores
 
 
+# spec -> the folder its module is imported from, for an import path read from a run folder's config and trusted
+# (hadw.rewards.trust.check_saved): the folder where the trusted file was found, never the working directory
+_FOLDERS: dict[str, str] = {}
+
+
+def import_from(spec: str, folder: str) -> None:
+    """Import `spec`'s module from `folder` (set before it is first resolved)."""
+    _FOLDERS[spec] = folder
+
+
 @functools.cache
 def _import(spec: str, folder: str | None = None) -> Any:
-    """The object at "module:attribute"; its module is found on sys.path, then in `folder` (default: the current
-    directory, as `python -m` would). ValueError in one line when it cannot be imported or called."""
+    """The object at "module:attribute"; its module is found on sys.path, then in `folder` (default: the folder a
+    trusted run config's reward was found in, else the current directory, as `python -m` would). Never a module of
+    the standard library (hadw.rewards.trust). ValueError in one line when it cannot be imported or called."""
+    from hadw.rewards.trust import RewardTrustError, refuse_standard_library
+
     module_name, _, attribute = spec.partition(":")
-    folder = folder or os.getcwd()
+    try:
+        refuse_standard_library(spec)
+    except RewardTrustError as err:
+        raise ValueError(str(err).removeprefix(f"reward {spec!r}: ")) from None
+    folder = folder or _FOLDERS.get(spec) or os.getcwd()
     if folder not in sys.path and ("" not in sys.path or folder != os.getcwd()):  # the `hadw` console script
         sys.path.append(folder)
     argv, sys.argv = sys.argv, [module_name]  # a module that parses sys.argv on import must not read hadw's
@@ -191,7 +231,7 @@ def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
         return replace(obj, name=name)
     if isolated:
         return RewardFunction(name, obj, isolated=True)
-    return TRLReward(name, obj, ImportPathCall(name, os.getcwd()))
+    return TRLReward(name, obj, ImportPathCall(name, _FOLDERS.get(name) or os.getcwd()))
 
 
 def reward_inputs(problems: Sequence[Problem], template: str) -> tuple[list[str], dict[str, list]]:

@@ -96,3 +96,8 @@ def right_pad(rows: list[list[int]] | list[list[float]], value: float, dtype: to
         if r:
             out[i, : len(r)] = torch.tensor(r, dtype=dtype)
     return out
+
+
+def completion_ids(batch: RolloutBatch) -> list[list[int]]:
+    """Each row's generated token ids (EOS included when generated, padding left out): TRL's `completion_ids`."""
+    return [ids[mask.bool()].tolist() for ids, mask in zip(batch.response_ids, batch.response_mask, strict=True)]

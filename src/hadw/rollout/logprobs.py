@@ -34,8 +34,11 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
 
 def cache_kwarg(model: torch.nn.Module) -> str | None:
     """The forward's name for a KV cache (transformers 5 renamed `past_key_values` to `cache`); None if
-    the forward takes neither and no **kwargs (some remote-code models)."""
-    params = inspect.signature(model.forward).parameters
+    the forward takes neither and no **kwargs (some remote-code models). A peft model's forward takes **kwargs and
+    passes them on: its base model's forward names the argument (`past_key_values` through it warned on every
+    decode step of a LoRA run)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
     if "cache" in params:
         return "cache"
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

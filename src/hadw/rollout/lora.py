@@ -12,7 +12,9 @@ an absolute path (or the Hub id), so `hadw eval RUN_DIR` finds the base from any
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +64,15 @@ def add_lora(model, settings: LoraSettings, base: str | Path | None = None):
         target_modules=target_list(settings.target_modules),
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft reads the deprecated `is_gradient_checkpointing` (transformers 5)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, config)
     if base is not None:
         local = Path(base)
         peft_model.peft_config["default"].base_model_name_or_path = (
             str(local.resolve()) if local.exists() else str(base)
         )
+        peft_model.hadw_base_fingerprint = base_fingerprint(base)  # saved beside every adapter (write_base_record)
     return peft_model
 
 
@@ -77,6 +82,55 @@ def reference_policy(model) -> Iterator[Any]:
     weights (TRL and verl do the same with a LoRA policy)."""
     with model.disable_adapter():
         yield model
+
+
+BASE_RECORD = "hadw_base_model.json"  # beside an adapter hadw saved: the identity of the base it was trained on
+_EDGE = 1 << 20  # bytes read from each end of a weights file: a fingerprint in milliseconds, not a full hash
+
+
+def base_fingerprint(base: str | Path) -> str | None:
+    """A fingerprint of a local base model folder: sha256 over its config.json and, for every weights file, its name,
+    size and first and last MiB (another model, or other weights, at the same path differ). None for a Hub id
+    (identified by its name) or a path that is not a folder."""
+    folder = Path(base)
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        return None
+    h = hashlib.sha256((folder / "config.json").read_bytes())
+    for path in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
+        size = path.stat().st_size
+        h.update(f"{path.name}:{size}".encode())
+        with open(path, "rb") as f:
+            h.update(f.read(_EDGE))
+            f.seek(max(0, size - _EDGE))
+            h.update(f.read(_EDGE))
+    return h.hexdigest()
+
+
+def write_base_record(model, folder: Path) -> None:
+    """After an adapter is saved into `folder`: the base it was trained on, by name and fingerprint."""
+    if not is_lora(model):
+        return
+    base = model.peft_config["default"].base_model_name_or_path
+    record = {"base_model": base, "fingerprint": getattr(model, "hadw_base_fingerprint", None)}
+    (folder / BASE_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def check_base(adapter_dir: Path, base: str | Path) -> None:
+    """ValueError in one line when the model now at `base` is not the one the adapter in `adapter_dir` was trained
+    on (its recorded fingerprint): an adapter merged into another model would be silently wrong."""
+    path = Path(adapter_dir) / BASE_RECORD
+    if not path.is_file() or path.is_symlink():
+        return  # an adapter hadw did not save (or an older one): nothing recorded to compare
+    try:
+        expected = json.loads(path.read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return
+    found = base_fingerprint(base)
+    if expected and found and expected != found:
+        raise ValueError(
+            f"the base model at {base} is not the one the LoRA adapter in {adapter_dir} was trained on "
+            f"(fingerprint {found[:12]}, recorded {expected[:12]} in {BASE_RECORD}); put that model back at {base}"
+        )
 
 
 def adapter_base(adapter_dir: Path) -> str:

@@ -160,7 +160,7 @@ def load_model(
 def _load_with_adapter(adapter_dir: Path, dtype, device: str, trust_remote_code: bool):
     """The base model an adapter folder names (hadw.rollout.lora), with the adapter merged into its weights: a
     plain model that generates as fast as the base, with every decoder."""
-    from hadw.rollout.lora import adapter_base, attach_adapter
+    from hadw.rollout.lora import adapter_base, attach_adapter, check_base
 
     base = adapter_base(adapter_dir)
     if not Path(base).is_dir() and (Path(base).is_absolute() or not is_hub_id(base)):
@@ -168,6 +168,10 @@ def _load_with_adapter(adapter_dir: Path, dtype, device: str, trust_remote_code:
             f"load_model: {adapter_dir} is a LoRA adapter whose base model {base} is not there (moved or deleted?); "
             f"put the base model back, or edit base_model_name_or_path in {adapter_dir / 'adapter_config.json'}"
         )
+    try:
+        check_base(adapter_dir, base)  # another model now at that path: refused, never merged into silently
+    except ValueError as err:
+        raise ModelNotFoundError(f"load_model: {err}") from None
     model, tokenizer = load_model(base, dtype, device, trust_remote_code)
     return attach_adapter(model, adapter_dir, merge=True).eval(), tokenizer
 

@@ -11,6 +11,7 @@ import typer
 
 from hadw.cli_lists import parse_floats, parse_ints
 from hadw.errors import UserError
+from hadw.progress import stdout_console
 
 
 class SimInputError(UserError):
@@ -141,7 +142,6 @@ def sim(
 ) -> None:
     """Simulate GRPO ± HA-DW on prompts with known success rates; curves per difficulty level, over seeds."""
     import torch
-    from rich.console import Console
 
     from hadw.progress import Bar
     from hadw.sim.engine import ARMS, SimSettings, simulate
@@ -191,7 +191,7 @@ def sim(
             result = simulate(settings, progress=bar.update)
     except (ValueError, TypeError, KeyError) as err:  # bad settings or anchor options, found by the engine
         raise SimInputError(f"hadw sim: {err}") from None
-    console = Console()
+    console = stdout_console()
     console.print(rich_table(result, paired_sd=paired_sd))
     if note := caveat(result):
         console.print(f"[bold yellow]Caveat:[/] {note}")

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from hadw.cli_lists import parse_floats, parse_ints
+from hadw.progress import stdout_console
 
 # numpy, scipy and the theory modules are imported inside each command: registering `hadw bias` (and so
 # `hadw --help`) must not pay for them (tests/test_cli_startup.py).
@@ -37,7 +37,7 @@ def _emit(data: dict, table: Table, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        Console().print(table)
+        stdout_console().print(table)
 
 
 def _table(title: str, columns: list[str], right: bool = True) -> Table:

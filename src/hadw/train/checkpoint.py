@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from hadw.errors import UserError
+from hadw.rollout.lora import write_base_record
 from hadw.safe_files import atomic_write_text, refuse_link
 
 LATEST = "latest"
@@ -104,6 +105,7 @@ def save_checkpoint(
     tmp.mkdir()
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
+    write_base_record(model, tmp / "model")  # a LoRA adapter: the base it was trained on
     trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
     torch.save(trainer_state, tmp / "trainer_state.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
@@ -407,8 +409,15 @@ def load_model_weights(model, model_dir: Path) -> None:
 
 
 def _load_adapter(model, model_dir: Path) -> None:
-    """A LoRA checkpoint's adapter weights into the training model's adapters, in place."""
-    from hadw.rollout.lora import ADAPTER_WEIGHTS, adapter_state, is_lora, load_adapter_weights
+    """A LoRA checkpoint's adapter weights into the training model's adapters, in place; refused when the base now
+    at model.path is not the one the adapter was trained on."""
+    from hadw.rollout.lora import ADAPTER_WEIGHTS, adapter_state, check_base, is_lora, load_adapter_weights
+
+    if is_lora(model):
+        try:
+            check_base(model_dir, model.peft_config["default"].base_model_name_or_path)
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
 
     if not is_lora(model) or not (model_dir / ADAPTER_WEIGHTS).is_file():
         saved = "a LoRA adapter" if (model_dir / ADAPTER_WEIGHTS).is_file() else "no LoRA adapter"

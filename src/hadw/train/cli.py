@@ -56,12 +56,22 @@ def train(
     from hadw.train.trainer import NonFiniteLossError, Trainer
 
     _quiet_transformers()
+    from hadw.train.model_defaults import start_line
+
+    typer.echo(start_line(cfg))  # the first line: what it trains, its recipe and warm start, before anything slow
     try:
         trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
         result = trainer.train()
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
+    if result.eval_failure is not None:  # never a 0.000 that is the reward's failure
+        typer.secho(
+            f"done: {result.run_dir} (final evaluation failed: reward {cfg.reward.correctness!r} failed on every "
+            f"completion: {result.eval_failure}; fix it, then: hadw eval {result.run_dir})",
+            fg="red",
+        )
+        raise typer.Exit(1)
     if result.final_eval and "all" in result.final_eval:
         typer.echo(f"done: {result.run_dir} (final greedy accuracy {result.final_eval['all']['greedy']:.3f})")
     else:

@@ -108,6 +108,9 @@ def load_config(
     interpolate: resolve OmegaConf interpolations (${train.seed}, ${oc.env:VAR}) in the file and the
     overrides. Off by default: a `${...}` in a value is literal text (a template, a path), and the
     environment never leaks into config.yaml or folder names unless asked for."""
+    from hadw.rewards import trust
+    from hadw.train.model_defaults import given_keys, with_model_defaults
+
     merged = OmegaConf.structured(Config)
     sources = []
     if path:
@@ -130,8 +133,32 @@ def load_config(
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except Exception as err:  # an interpolation that cannot resolve (only with interpolate=True)
         raise ConfigError(f"cannot resolve the config: {' '.join(str(err).split())[:300]}") from None
-    cfg = resolve_recipe(_normalized(cfg))
+    given = set().union(*(given_keys(source) for _, source in sources))
+    typed = set().union(*(given_keys(source) for where, source in sources if where.startswith("override")))
+    config_file = Path(path) if path else None
+    if config_file is not None and trust.is_run_config(config_file):  # its paths are relative to the run folder
+        cfg = _run_paths(cfg, config_file.absolute().parent, typed)
+    cfg = resolve_recipe(with_model_defaults(_normalized(cfg), given))  # a real model's defaults where not given
+    try:  # a run folder's config is data: checked before any reward module is imported
+        trust.guard_config(cfg.reward, config_file, typed)
+    except trust.RewardTrustError as err:
+        raise ConfigError(str(err)) from None
     validate(cfg)
+    trust.remember_named(cfg.reward, config_file, typed)
+    return cfg
+
+
+def _run_paths(cfg: Config, run_dir: Path, typed: set[str]) -> Config:
+    """A run config with its path keys (not given on the command line) resolved against the run folder, where the
+    run recorded them relative to itself (hadw.eval.run_recipe.portable_path)."""
+    from hadw.eval.run_recipe import RUN_PATH_KEYS, resolve_run_path
+
+    for key in RUN_PATH_KEYS:
+        section, name = key.split(".")
+        part = getattr(cfg, section)
+        if key not in typed and isinstance(getattr(part, name), str):
+            resolved = resolve_run_path(getattr(part, name), run_dir, key)
+            cfg = replace(cfg, **{section: replace(part, **{name: resolved})})
     return cfg
 
 

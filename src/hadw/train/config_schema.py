@@ -43,6 +43,10 @@ class TinyModelConfig:
     # (0 = none): a random model never earns a reward, so every group would be degenerate (no gradient).
     warm_start_accuracy: float = TINY_WARM_START_ACCURACY
     warm_start_max_steps: int = 1500  # SFT steps at most (batches of 64 problems)
+    # Where the warm start comes from: auto (a shipped start of hadw.train.warm_starts when one was made for exactly
+    # this task, levels, shape, target and train.seed: the same file on every machine, no SFT; else SFT here) |
+    # sft (always SFT here; the result depends on the CPU's kernels) | the name of a shipped start
+    warm_start: str = "auto"
 
 
 @dataclass
@@ -113,9 +117,12 @@ class DataConfig:
     # default, the same one `hadw eval` / `hadw probe` use: plain for task: sources, paper for every dataset.
     template: str = "auto"
     chat_template: str = "auto"  # auto (the tokenizer's when it has one, not with "plain") | always | never
+    # A system turn before every prompt (chat templates only); a conversational row's own system turn is kept.
+    # Empty = none: the model's chat template may add its own default (SmolLM2's "You are a helpful AI assistant").
+    system_prompt: str = ""
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
-    eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = no evaluation)
+    eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = none; with a model.path: 100)
     # Longest prompt (in tokens) a file row may have; longer rows are skipped and counted, so one huge
     # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens;
     # never above the context (evaluation refuses a longer prompt).
@@ -156,7 +163,8 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off: truncation makes samples off-policy)
     top_k: int = 0  # sample from the k most likely tokens only (0 = off)
-    max_new_tokens: int = 6  # the tiny tasks' answers fit in 6 tokens; the paper: 4096 on real models
+    # the tiny tasks' answers fit in 6 tokens; with a model.path: 128 (16 on a task); the paper: 4096
+    max_new_tokens: int = 6
     max_batch_size: int | None = None  # split generation into chunks of at most this many rows
     # Memory one generation chunk may use for its K/V cache and logits (hadw.rollout.memory); None = half the
     # memory free when a rollout starts. Rows are split further when max_batch_size rows would not fit.
@@ -270,7 +278,7 @@ class OptimConfig:
     # momentum: the step is proportional to the gradient, so λ and advantage_scale act as learning rates).
     # betas apply to adamw only; weight_decay to both (SGD's is coupled: added to the gradient).
     name: str = "adamw"
-    lr: float = 1e-4  # the tiny CPU setting; the paper (examples/math_grpo_hadw.yaml) uses 1e-6
+    lr: float = 1e-4  # the tiny model's; with a model.path: 1e-5 (hadw.train.model_defaults); the paper uses 1e-6
     weight_decay: float = 0.0  # AdamW's decoupled weight decay (the paper: 0.1)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (β1, β2), each in [0, 1)
     # AdamW's ε in m̂/(√v̂ + ε) (torch's default). It is what breaks Adam's scale invariance: a gradient scaled by
@@ -282,9 +290,11 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 200  # rollout batches (training steps); the tiny regime: 100 moved `sums` L3 by only +0.06
-    prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256)
-    mini_batch_prompts: int = 4  # prompts per optimiser step (paper: 16 of 256 -> 16 updates per batch)
+    # rollout batches (training steps); the tiny regime: 100 moved `sums` L3 by only +0.06; with a model.path: 100
+    steps: int = 200
+    prompts_per_step: int = 16  # P prompts × G responses per rollout batch (paper: 256; with a model.path: 4)
+    # prompts per optimiser step (paper: 16 of 256 -> 16 updates per batch; with a model.path: 2)
+    mini_batch_prompts: int = 4
     ppo_epochs: int = 1  # passes over each rollout batch
     # Responses per forward/backward (0 = the whole mini-batch). Gradients accumulate and each piece is
     # weighted by its share, so the update equals the unsplit one; lower it when a mini-batch does not fit.
@@ -310,7 +320,7 @@ class LoggingConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 0  # steps between checkpoints (0 = only at the end)
+    every: int = 0  # steps between checkpoints (0 = only at the end; with a model.path: 10)
     keep_last: int = 2  # older checkpoints are deleted; >= 1 (the latest is what --resume needs)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from hadw.data import DatasetError, FieldMap, Problem, load_problems, make_fields, split_held_out
+from hadw.data import DatasetError, FieldMap, Problem, load_problems, make_fields, split_held_out, with_system_prompt
 from hadw.data.sources import EVAL_SEED_OFFSET  # noqa: F401  (demo and benchmarks import it from here)
 from hadw.train.config import DataConfig
 
@@ -39,7 +39,11 @@ class PromptSource:
 
     def _load(self, spec: str) -> list[Problem]:
         d = self.data
-        return list(load_problems(spec, self.fields, d.data_dir or None, d.limit))
+        return self._system(list(load_problems(spec, self.fields, d.data_dir or None, d.limit)))
+
+    def _system(self, problems: list[Problem]) -> list[Problem]:
+        """data.system_prompt as every prompt's first chat turn."""
+        return with_system_prompt(problems, self.data.system_prompt)
 
     def batch(self, step: int, num_prompts: int, refill_round: int = 0) -> list[Problem]:
         """The prompts of training step `step` (0-based); refill rounds (DAPO) draw from a separate
@@ -47,11 +51,11 @@ class PromptSource:
         if refill_round:
             rng = random.Random(f"refill:{self.seed}:{step}:{refill_round}")
             if self.task is not None:
-                return [self.stream[(1 << 40) + rng.randrange(1 << 40)] for _ in range(num_prompts)]
+                return self._system([self.stream[(1 << 40) + rng.randrange(1 << 40)] for _ in range(num_prompts)])
             return rng.choices(self.problems, k=num_prompts)
         start = step * num_prompts
         if self.task is not None:
-            return [self.stream[start + j] for j in range(num_prompts)]
+            return self._system([self.stream[start + j] for j in range(num_prompts)])
         return [self._file_item(start + j) for j in range(num_prompts)]
 
     def _file_item(self, index: int) -> Problem:
@@ -66,8 +70,10 @@ class PromptSource:
         if d.eval_source:
             if d.eval_source.startswith("task:"):
                 spec = d.eval_source
-                return list(load_problems(spec, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size))
+                problems = load_problems(spec, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size)
+                return self._system(list(problems))
             return self._load(d.eval_source)[: d.eval_size]
         if self.task is not None:
-            return list(load_problems(d.source, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size))
+            problems = load_problems(d.source, levels=d.levels, seed=self.seed, held_out=True, limit=d.eval_size)
+            return self._system(list(problems))
         return self._held_out

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,16 @@ from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.errors import SignalStop, UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
+from hadw.eval.run_recipe import RUN_PATH_KEYS, portable_path, resolve_run_path, write_run_paths
 from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
 from hadw.progress import Bar
-from hadw.rewards import RewardSpec, resolve_reward, reward_inputs, score
+from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
 from hadw.rewards.base import FailureWatch
+from hadw.rewards.loader import RewardState
 from hadw.rewards.verifiers import canonical_int
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.rollout.lora import is_lora, reference_policy
+from hadw.rollout.batch import completion_ids
+from hadw.rollout.lora import is_lora, reference_policy, write_base_record
 from hadw.rollout.models import is_hub_id, model_device, model_load_error
 from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
 from hadw.train.checkpoint import (
@@ -59,6 +62,7 @@ from hadw.train.checkpoint import (
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
+from hadw.train.model_defaults import shipped_warm_start
 from hadw.train.prompts import PromptSource
 from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
 
@@ -78,6 +82,8 @@ class TrainResult:
     run_dir: Path
     steps: int
     final_eval: dict[str, dict[str, float]] | None
+    # the reward failed on every completion of the final evaluation ("kind: message"): final_eval has no accuracy
+    eval_failure: str | None = None
 
 
 @dataclass
@@ -105,6 +111,17 @@ class MiniBatch:
 
 def _take(tensor: torch.Tensor | None, rows) -> torch.Tensor | None:
     return None if tensor is None else tensor[rows]
+
+
+def with_paths(cfg: Config, convert) -> Config:
+    """cfg with convert(value) applied to every path key (RUN_PATH_KEYS)."""
+    from dataclasses import replace
+
+    for key in RUN_PATH_KEYS:
+        section, name = key.split(".")
+        part = getattr(cfg, section)
+        cfg = replace(cfg, **{section: replace(part, **{name: convert(getattr(part, name))})})
+    return cfg
 
 
 def _check_master_weights(model) -> None:
@@ -250,6 +267,8 @@ class Trainer:
             for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
         }
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
+        self._bar = Bar(None, "", mode="off")  # train()'s progress display (what _phase names)
+        self.eval_failure: str | None = None  # the last evaluation's reward failed on every completion
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
         self.anchor: Anchor = self.hadw.make_anchor()
         self.optimizer = make_optimizer(model, cfg, self.device)
@@ -267,7 +286,10 @@ class Trainer:
             cfg.to_dict(),
             resume_step=self.start_step if (checkpoint is not None or restart) else None,
         )
-        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(cfg))  # never through a planted link
+        # never through a planted link; paths relative to the run folder (a moved project resumes with no edit)
+        atomic_write_text(self.run_dir / "config.yaml", config_to_yaml(self.portable_config()))
+        paths = {key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in RUN_PATH_KEYS}
+        write_run_paths(self.run_dir, paths)
 
     def _resume(self, accept_changes: bool) -> tuple[Path | None, bool]:
         """--resume: (the checkpoint loaded, or None when the run restarts from step 0; whether it restarts)."""
@@ -323,9 +345,19 @@ class Trainer:
             self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
             print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
 
+    def portable_config(self) -> Config:
+        """The config as the run's files record it: local paths relative to the run folder (RUN_PATH_KEYS)."""
+        return with_paths(self.cfg, lambda value: portable_path(value, self.run_dir))
+
     def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
-        """The settings that differ from the saved run's (config_differences); refused unless accepted."""
-        diffs = config_differences(saved, self.cfg.to_dict(), Config().to_dict())
+        """The settings that differ from the saved run's (config_differences); refused unless accepted. Paths are
+        compared in the run-relative form both ways (an older run recorded them as typed)."""
+        for key in RUN_PATH_KEYS:
+            section, name = key.split(".")
+            value = (saved.get(section) or {}).get(name)
+            if isinstance(value, str) and value:
+                saved[section][name] = portable_path(resolve_run_path(value, self.run_dir, key), self.run_dir)
+        diffs = config_differences(saved, self.portable_config().to_dict(), Config().to_dict())
         if diffs and not accept_changes:
             raise RunDirError(
                 f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
@@ -425,6 +457,11 @@ class Trainer:
                 raise ConfigError(f"model.path={path}: no such folder")
             if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
                 raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
+        elif (shipped := shipped_warm_start(self.cfg)) is not None:  # the same file on every machine: no SFT
+            from hadw.train import warm_starts as W
+
+            path, start = W.resolve(shipped)
+            print(start.line(), file=sys.stderr)
         else:
             t = m.tiny
             path = build_tiny_model(
@@ -500,24 +537,19 @@ class Trainer:
             seed=_step_seed(cfg.train.seed, step, round_),
         )
         t0 = time.perf_counter()
+        self._phase("generating")
         self.model.eval()
         with self.autocast():
             batch = self.engine.generate(self._prompt_ids(problems), params)
         t1 = time.perf_counter()
+        self._phase("scoring")
         rows = [problems[i] for i in batch.prompt_index.tolist()]
-        answers = [p.answer for p in rows]
-        prompts, columns = reward_inputs(rows, cfg.data.template)  # for rewards with TRL's signature
         rw = cfg.reward
-        rewards = score(
-            batch.response_texts,
-            answers,
-            self.reward_specs,
-            rw.correctness,
-            rw.timeout_s,
-            prompts,
-            columns,
-            rw.completion_format,
-        )
+        state = RewardState(step, cfg.train.steps)  # TRL's trainer_state: the step being scored
+        rewards = score_problems(
+            batch.response_texts, rows, cfg.data.template, self.reward_specs, rw.correctness, rw.timeout_s,
+            rw.completion_format, completion_ids(batch), state,
+        )  # fmt: skip
         group_ids = batch.prompt_index + round_ * cfg.train.prompts_per_step
         return Rollout(batch, rewards, group_ids, rows, t1 - t0, time.perf_counter() - t1)
 
@@ -702,6 +734,7 @@ class Trainer:
             metrics[M.KEPT_GROUPS] = len(keep) // self.cfg.rollout.group_size
             metrics[M.REFILL_ROUNDS] = refills
         t0 = time.perf_counter()
+        self._phase("updating")
         if len(batch) > 0:
             metrics |= self.update(batch, advantages, step)
         t_update = time.perf_counter() - t0
@@ -746,34 +779,48 @@ class Trainer:
             print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
-    def evaluate(self) -> dict[str, dict[str, float]]:
+    def evaluate(self, final: bool = False) -> dict[str, dict[str, float]]:
         """Greedy accuracy on the fixed evaluation prompts (never touches the anchor); {} when there are
-        none (data.eval_size=0, or a file too small to hold any out)."""
+        none (data.eval_size=0, or a file too small to hold any out). final: the last one, with a progress
+        counter of its own (problems), since it can take as long as several steps."""
         chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
         problems = self.source.eval_problems()
         self.last_eval_report = None  # the EvalReport behind the summary: its per-problem scores (log_final_eval)
         if not problems:
             return {}
+        self._phase("evaluating")
+        show = self.cfg.logging.progress
+        counter = Bar(len(problems), "final evaluation", mode=show, unit="problem") if final else None
         with self.autocast():
             report = evaluate(
                 self.model,
                 self.tokenizer,
                 problems,
                 self.cfg.data.template,
-                self.cfg.reward.correctness,
+                RewardRecipe.from_config(asdict(self.cfg.reward)),
                 temperature=0.0,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
                 engine=self.engine,
                 use_chat_template=chat,
+                progress=counter.update if counter is not None else None,
             )
         self.last_eval_report = report
+        if counter is not None:
+            counter.close()
+        self.eval_failure = report.reward_failure
         return report.summary
 
+    def _phase(self, phase: str) -> None:
+        """Name what the step is doing on the progress line (generating, scoring, updating, evaluating, saving)."""
+        with contextlib.suppress(OSError):  # a closed terminal must not cost the step
+            self._bar.set_phase(phase)
+
     def checkpoint(self, step: int) -> Path:
+        self._phase("saving")
         state: dict[str, Any] = {
             "anchor": self.anchor.state_dict(),
             "data_position": step,
-            "config": self.cfg.to_dict(),
+            "config": self.portable_config().to_dict(),
         }
         with disk_full_is_one_line(f"{self.run_dir}/checkpoint-{step:06d}", self._after_full_disk()):
             return save_checkpoint(
@@ -799,7 +846,7 @@ class Trainer:
         cfg = self.cfg
         show = cfg.logging.progress if progress is None else progress
         desc = f"{cfg.algorithm.preset}{'+hadw' if cfg.hadw.enabled else ''}"
-        bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
+        bar = self._bar = Bar(cfg.train.steps, desc, initial=self.start_step, mode=show, unit="step")
         previous = self._install_signal_handlers()
         try:
             for step in range(self.start_step, cfg.train.steps):
@@ -819,7 +866,7 @@ class Trainer:
                     self._stop(done)  # a safe point: the step is complete; save it, then exit
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
-            final_eval = self.evaluate()
+            final_eval = self.evaluate(final=True)
             self.logger.log_final_eval(final_eval, self.last_eval_report)
             self._lock.check()
             if cfg.train.steps > self.start_step:
@@ -831,11 +878,12 @@ class Trainer:
             self._restore_signal_handlers(previous)
             for tmp in self.run_dir.glob(".tmp-checkpoint-*"):  # never leave a half-written checkpoint
                 shutil.rmtree(tmp, ignore_errors=True)
+            self._phase("")  # the last line is the plain count: the work is over
             with contextlib.suppress(OSError):
                 bar.close()
             self.logger.close()
             self._lock.release()
-        return TrainResult(self.run_dir, cfg.train.steps, final_eval)
+        return TrainResult(self.run_dir, cfg.train.steps, final_eval, self.eval_failure)
 
     # ------------------------------------------------------------------------------------ stopping
     def _install_signal_handlers(self) -> dict[int, Any]:
@@ -891,6 +939,7 @@ class Trainer:
             with disk_full_is_one_line(str(final), self._after_full_disk()):
                 self.model.save_pretrained(tmp)
                 self.tokenizer.save_pretrained(tmp)
+                write_base_record(self.model, tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # a half-written model never stays on a full disk
             raise
