@@ -75,8 +75,7 @@ def _with_run(model: str, data, data_dir, template, reward, max_new_tokens, chat
         return model, data, data_dir, template, reward, max_new_tokens, chat_template, fields, levels, limit, seed
     run = read_run(model)
     if reward == "auto" and ":" in run.reward.name:  # a run folder's config is data: its reward only if trusted
-        from hadw.rewards.loader import import_from
-        from hadw.rewards.trust import check_saved
+        from hadw.rewards.trust import check_saved, import_from
 
         folder = check_saved(run.reward.name, Path(model), str(Path(model) / "config.yaml"))
         if folder is not None:

@@ -167,29 +167,19 @@ class TRLReward:
         return self.run(completions, answers).scores
 
 
-# spec -> the folder its module is imported from, for an import path read from a run folder's config and trusted
-# (hadw.rewards.trust.check_saved): the folder where the trusted file was found, never the working directory
-_FOLDERS: dict[str, str] = {}
-
-
-def import_from(spec: str, folder: str) -> None:
-    """Import `spec`'s module from `folder` (set before it is first resolved)."""
-    _FOLDERS[spec] = folder
-
-
 @functools.cache
 def _import(spec: str, folder: str | None = None) -> Any:
     """The object at "module:attribute"; its module is found on sys.path, then in `folder` (default: the folder a
     trusted run config's reward was found in, else the current directory, as `python -m` would). Never a module of
     the standard library (hadw.rewards.trust). ValueError in one line when it cannot be imported or called."""
-    from hadw.rewards.trust import RewardTrustError, refuse_standard_library
+    from hadw.rewards.trust import IMPORT_FOLDERS, RewardTrustError, refuse_standard_library
 
     module_name, _, attribute = spec.partition(":")
     try:
         refuse_standard_library(spec)
     except RewardTrustError as err:
         raise ValueError(str(err).removeprefix(f"reward {spec!r}: ")) from None
-    folder = folder or _FOLDERS.get(spec) or os.getcwd()
+    folder = folder or IMPORT_FOLDERS.get(spec) or os.getcwd()
     if folder not in sys.path and ("" not in sys.path or folder != os.getcwd()):  # the `hadw` console script
         sys.path.append(folder)
     argv, sys.argv = sys.argv, [module_name]  # a module that parses sys.argv on import must not read hadw's
@@ -231,7 +221,9 @@ def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
         return replace(obj, name=name)
     if isolated:
         return RewardFunction(name, obj, isolated=True)
-    return TRLReward(name, obj, ImportPathCall(name, _FOLDERS.get(name) or os.getcwd()))
+    from hadw.rewards.trust import IMPORT_FOLDERS
+
+    return TRLReward(name, obj, ImportPathCall(name, IMPORT_FOLDERS.get(name) or os.getcwd()))
 
 
 def reward_inputs(problems: Sequence[Problem], template: str) -> tuple[list[str], dict[str, list]]:

@@ -30,6 +30,16 @@ TRUST_FILE = "trusted_rewards.json"
 MAX_ENTRIES = 1000  # the oldest are forgotten first
 
 
+# spec -> the folder its module is imported from (hadw.rewards.loader), for an import path read from a run folder's
+# config and trusted (check_saved): the folder where the trusted file was found, never the working directory
+IMPORT_FOLDERS: dict[str, str] = {}
+
+
+def import_from(spec: str, folder: str) -> None:
+    """Import `spec`'s module from `folder` (set before it is first resolved)."""
+    IMPORT_FOLDERS[spec] = folder
+
+
 class RewardTrustError(UserError):
     """An import-path reward that hadw will not import: one line naming it, where it came from, and what to do."""
 
@@ -159,8 +169,6 @@ def guard_config(reward: object, config_path: Path | None, given_on_command_line
     """Before a config's rewards are imported: every import path is checked against the standard library; one read
     from a run folder's own config.yaml, and not given again on the command line, must be trusted (check_saved),
     and is then imported from the folder it was found in. The others you named: remembered (after they import)."""
-    from hadw.rewards.loader import import_from
-
     saved = config_path is not None and is_run_config(config_path)
     overridden = {"reward", "reward.functions", "reward.correctness", "reward.isolated"} & given_on_command_line
     for spec in reward_specs(reward):
