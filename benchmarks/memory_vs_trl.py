@@ -16,7 +16,8 @@ mini-batch of --rows rows (a --prompt-len-token prompt + L response tokens, rand
 its policy log-probs with entropy, the GRPO loss and its backward, no optimiser step, gradient checkpointing
 on every side. Three sides, each a fresh process per length: hadw with its chunked LM head (the default),
 hadw with chunking off (LOGITS_CHUNK_BYTES unbounded: the one-pass forward it had before), and TRL's own
-GRPOTrainer._compute_loss (its fused, tiled LM head). --raw FILE keeps every child's result as JSON.
+GRPOTrainer._compute_loss (its fused, tiled LM head). --raw FILE keeps every child's result as JSON, in
+benchmarks/raw_tables.py's format: the report's table is rebuilt from it (`--rebuild FILE` rewrites it).
 
     .venv/bin/python benchmarks/memory_vs_trl.py --lengths 256 1024 4096 --rows 2 --repeats 1 \
         --raw benchmarks/memory_vs_trl_lengths.raw.json --report benchmarks/memory_vs_trl_lengths.md
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import raw_tables
 from bench_report import add_report_option, report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -261,12 +264,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=ROWS, help="--lengths: rows of the mini-batch")
     parser.add_argument("--prompt-len", type=int, default=PROMPT_LEN, help="--lengths: prompt tokens per row")
     parser.add_argument("--raw", type=Path, metavar="FILE", help="--lengths: every child's result as JSON")
+    parser.add_argument(
+        "--rebuild", type=Path, metavar="RAW", help="rewrite the table blocks of a --raw file, and stop"
+    )
     add_report_option(parser)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
 
+    if opts.rebuild:
+        raw_tables.rebuild(opts.rebuild, tables)
+        return
     if opts.child:
         import torch
         from transformers.utils import logging as hf_logging
@@ -294,6 +303,11 @@ def main() -> None:
             measure_lengths(opts)
         else:
             measure_train_step(opts)
+    if opts.lengths and opts.report and opts.raw:  # the table again, as a block rebuilt from the raw file
+        raw_rel = opts.raw.resolve().relative_to(raw_tables.ROOT)
+        block = f"<!-- rebuilt from {raw_rel}: lengths -->\n{tables(json.loads(opts.raw.read_text()))['lengths']}"
+        with opts.report.open("a", encoding="utf-8") as f:
+            f.write(f"\nPeak RSS, GiB, from the raw file:\n\n{block}\n<!-- /rebuilt -->\n")
 
 
 UPDATE_SIDES = {"update-hadw-unchunked": "hadw before (one-pass logits)", "update-hadw": "hadw after (chunked)",
@@ -325,16 +339,29 @@ def measure_lengths(opts: argparse.Namespace) -> None:
     )
     print(f"versions: python {sys.version.split()[0]}, {versions()}")
     print("peak RSS GiB (ru_maxrss of the child: model load, imports and the pass; min over repeats):")
-    print(f"| response tokens | {' | '.join(UPDATE_SIDES.values())} | hadw after / TRL |")
-    print("|---:|" + "---:|" * (len(UPDATE_SIDES) + 1))
-    for length in opts.lengths:
-        peak = {side: min(x["peak_rss_gb"] for x in results if x["side"] == side and x["length"] == length)
+    print(lengths_table(results))
+    if opts.raw:
+        command = shlex.join(["python", "benchmarks/memory_vs_trl.py", *sys.argv[1:]])
+        shape = dict(rows=opts.rows, prompt_len=opts.prompt_len, threads=opts.threads, versions=versions())
+        raw_tables.write_raw(opts.raw, [opts.report] if opts.report else [], Path(__file__), command, results, **shape)
+
+
+def lengths_table(runs: list[dict]) -> str:
+    """The --lengths table: peak RSS (GiB, min over repeats) of every side at each response length."""
+    lengths = sorted({r["length"] for r in runs})
+    lines = [f"| response tokens | {' | '.join(UPDATE_SIDES.values())} | hadw after / TRL |",
+             "|---:|" + "---:|" * (len(UPDATE_SIDES) + 1)]  # fmt: skip
+    for length in lengths:
+        peak = {side: min(r["peak_rss_gb"] for r in runs if r["side"] == side and r["length"] == length)
                 for side in UPDATE_SIDES}  # fmt: skip
         cells = " | ".join(f"{peak[side]:.2f}" for side in UPDATE_SIDES)
-        print(f"| {length} | {cells} | {peak['update-hadw'] / peak['update-trl']:.2f} |")
-    if opts.raw:
-        opts.raw.write_text(json.dumps({"rows": opts.rows, "prompt_len": opts.prompt_len, "threads": opts.threads,
-                                        "versions": versions(), "results": results}, indent=1) + "\n")  # fmt: skip
+        lines.append(f"| {length} | {cells} | {peak['update-hadw'] / peak['update-trl']:.2f} |")
+    return "\n".join(lines)
+
+
+def tables(raw: dict) -> dict[str, str]:
+    """The report's rebuilt block from the raw file alone (benchmarks/raw_tables.py)."""
+    return {"lengths": lengths_table(raw["runs"])}
 
 
 def measure_train_step(opts: argparse.Namespace) -> None:
