@@ -10,6 +10,17 @@ load hits both alike; figures are min / median / max over the repeats. On a GPU 
 CUDA memory is reported too.
 
     .venv/bin/python benchmarks/memory_vs_trl.py [--repeats 3] [--threads 1]
+
+--lengths 256 1024 4096 (issue 38.6) measures the update pass alone against the response length instead: one
+mini-batch of --rows rows (a --prompt-len-token prompt + L response tokens, random ids, the same on every side),
+its policy log-probs with entropy, the GRPO loss and its backward, no optimiser step, gradient checkpointing
+on every side. Three sides, each a fresh process per length: hadw with its chunked LM head (the default),
+hadw with chunking off (LOGITS_CHUNK_BYTES unbounded: the one-pass forward it had before), and TRL's own
+GRPOTrainer._compute_loss (its fused, tiled LM head). --raw FILE keeps every child's result as JSON, in
+benchmarks/raw_tables.py's format: the report's table is rebuilt from it (`--rebuild FILE` rewrites it).
+
+    .venv/bin/python benchmarks/memory_vs_trl.py --lengths 256 1024 4096 --rows 2 --repeats 1 \
+        --raw benchmarks/memory_vs_trl_lengths.raw.json --report benchmarks/memory_vs_trl_lengths.md
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -25,14 +37,19 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import raw_tables
+from bench_report import add_report_option, report
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PROMPTS, G, NEW_TOKENS, LR = 2, 4, 128, 1e-6
 SMOLLM_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                   num_key_value_heads=3, vocab_size=49152, max_position_embeddings=2048, tie_word_embeddings=True,
+                   num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, tie_word_embeddings=True,
                    rms_norm_eps=1e-5, rope_theta=10000.0)  # fmt: skip
+PROMPT_LEN, ROWS = 200, 2  # --lengths mode: a ~200-token prompt, as in the issue's real-model run
 PROMPT_TEXTS = ["Compute 47+38 and explain each step.", "What is the value of 12 times 7?"]
 
 
@@ -117,6 +134,86 @@ def child_trl(model_dir: Path, out: Path, checkpointing: bool) -> dict:
     return {"imports_gb": imports, "tokens": sum(lengths) / max(len(lengths), 1), **_peaks()}
 
 
+def update_batch(rows: int, prompt_len: int, length: int):
+    """(prompt ids [rows, prompt_len], response ids [rows, length]): random ids of the byte tokenizer's range,
+    seeded, so every side scores the same tokens."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(3, 259, (rows, prompt_len), generator=gen), torch.randint(
+        3, 259, (rows, length), generator=gen
+    )
+
+
+def child_update_hadw(model_dir: Path, out: Path, length: int, rows: int, prompt_len: int, chunk: bool) -> dict:
+    """hadw's update pass on one mini-batch: the calls of Trainer._optimiser_step up to the backward."""
+    import torch
+
+    from hadw.core import policy_loss
+    from hadw.rollout import logprobs as hadw_logprobs
+    from hadw.train.config import load_config
+    from hadw.train.trainer import MiniBatch, Trainer
+
+    if not chunk:  # the one-pass forward for every batch: hadw before chunked log-probs
+        hadw_logprobs.LOGITS_CHUNK_BYTES = 2**62
+    imports = rss_gb()
+    overrides = [f"model.path={model_dir}", "model.device=cpu", "data.template=question", "data.chat_template=never",
+                 "reward.functions=[exact]", "reward.correctness=exact", f"rollout.group_size={rows}",
+                 f"rollout.max_new_tokens={length}", "train.prompts_per_step=1", "train.mini_batch_prompts=1",
+                 f"optim.lr={LR}", "optim.warmup_steps=0", "train.steps=1", f"train.output_dir={out}",
+                 "logging.progress=false", "logging.sample_every=0", "model.gradient_checkpointing=true"]  # fmt: skip
+    trainer = Trainer(load_config(None, overrides))
+    prompt, response = update_batch(rows, prompt_len, length)
+    input_ids = torch.cat([prompt, response], dim=1)
+    mb = MiniBatch(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                   response_mask=torch.ones(rows, length), old_logprobs=torch.full((rows, length), -10.8),
+                   advantages=torch.linspace(-1, 1, rows))  # fmt: skip
+    loaded = rss_gb()
+    trainer.model.train()
+    start = time.process_time()
+    with trainer.autocast():
+        logprobs, entropy = trainer._logprobs(trainer.model, mb, with_entropy=True)
+    loss, _ = policy_loss(logprobs, mb.old_logprobs, mb.advantages, mb.response_mask, trainer.loss_spec,
+                          entropy=entropy)  # fmt: skip
+    loss.backward()
+    return {"imports_gb": imports, "loaded_gb": loaded, "update_cpu_s": time.process_time() - start,
+            "loss": float(loss), **_peaks()}  # fmt: skip
+
+
+def child_update_trl(model_dir: Path, out: Path, length: int, rows: int, prompt_len: int) -> dict:
+    """TRL's update pass on the same mini-batch: GRPOTrainer._compute_loss (via compute_loss) and its backward."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    imports = rss_gb()
+    data = Dataset.from_dict({"prompt": PROMPT_TEXTS, "answer": ["0"] * len(PROMPT_TEXTS)})
+    args = GRPOConfig(
+        output_dir=str(out), per_device_train_batch_size=rows, num_generations=rows, steps_per_generation=1,
+        gradient_accumulation_steps=1, max_completion_length=length, temperature=1.0, learning_rate=LR, beta=0.0,
+        max_steps=1, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
+        bf16=False, gradient_checkpointing=True,
+    )  # fmt: skip
+    reward = lambda completions, **kwargs: [0.0] * len(completions)  # never called: no generation
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=data)
+    # Trainer.train() turns checkpointing on as its first step; this pass skips train(), so do what it does.
+    kwargs = getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs
+    trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=dict(kwargs or {}) or None)
+    trainer.current_gradient_accumulation_steps = 1  # train() sets it; the loss's normaliser reads it
+    prompt, response = update_batch(rows, prompt_len, length)
+    mask = torch.ones_like(response)
+    inputs = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt), "completion_ids": response,
+              "completion_mask": mask, "advantages": torch.linspace(-1, 1, rows), "old_per_token_logps": None,
+              "num_items_in_batch": mask.sum()}  # fmt: skip
+    loaded = rss_gb()
+    trainer.model.train()
+    start = time.process_time()
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    return {"imports_gb": imports, "loaded_gb": loaded, "update_cpu_s": time.process_time() - start,
+            "loss": float(loss), **_peaks()}  # fmt: skip
+
+
 def _peaks() -> dict:
     import torch
 
@@ -127,10 +224,10 @@ def _peaks() -> dict:
     return out
 
 
-def run_child(side: str, model_dir: Path, out: Path, threads: int, checkpointing: bool) -> dict:
+def run_child(side: str, model_dir: Path, out: Path, threads: int, checkpointing: bool, *extra: str) -> dict:
     flag = "--gradient-checkpointing" if checkpointing else "--no-gradient-checkpointing"
     cmd = [sys.executable, __file__, "--child", side, "--model", str(model_dir), "--out", str(out),
-           "--threads", str(threads), flag]  # fmt: skip
+           "--threads", str(threads), flag, *extra]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -157,10 +254,28 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="use this checkpoint instead of building the 135M-shaped one")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                         help="on both sides (TRL's GRPOConfig default: on)")  # fmt: skip
-    parser.add_argument("--child", choices=["hadw", "trl", "build"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        metavar="L",
+        help="measure the update pass alone at these response lengths (see above)",
+    )
+    parser.add_argument("--rows", type=int, default=ROWS, help="--lengths: rows of the mini-batch")
+    parser.add_argument("--prompt-len", type=int, default=PROMPT_LEN, help="--lengths: prompt tokens per row")
+    parser.add_argument("--raw", type=Path, metavar="FILE", help="--lengths: every child's result as JSON")
+    parser.add_argument(
+        "--rebuild", type=Path, metavar="RAW", help="rewrite the table blocks of a --raw file, and stop"
+    )
+    add_report_option(parser)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
 
+    if opts.rebuild:
+        raw_tables.rebuild(opts.rebuild, tables)
+        return
     if opts.child:
         import torch
         from transformers.utils import logging as hf_logging
@@ -171,10 +286,85 @@ def main() -> None:
         if opts.child == "build":
             build_model(opts.out)
             return
+        if opts.child.startswith("update-"):
+            shape = (opts.length, opts.rows, opts.prompt_len)
+            if opts.child == "update-trl":
+                result = child_update_trl(opts.model, opts.out, *shape)
+            else:
+                result = child_update_hadw(opts.model, opts.out, *shape, chunk=opts.child == "update-hadw")
+            print(json.dumps(result))
+            return
         result = (child_hadw if opts.child == "hadw" else child_trl)(opts.model, opts.out, opts.gradient_checkpointing)
         print(json.dumps(result))
         return
 
+    with report(opts.report, parser, opts):
+        if opts.lengths:
+            measure_lengths(opts)
+        else:
+            measure_train_step(opts)
+    if opts.lengths and opts.report and opts.raw:  # the table again, as a block rebuilt from the raw file
+        raw_rel = opts.raw.resolve().relative_to(raw_tables.ROOT)
+        block = f"<!-- rebuilt from {raw_rel}: lengths -->\n{tables(json.loads(opts.raw.read_text()))['lengths']}"
+        with opts.report.open("a", encoding="utf-8") as f:
+            f.write(f"\nPeak RSS, GiB, from the raw file:\n\n{block}\n<!-- /rebuilt -->\n")
+
+
+UPDATE_SIDES = {"update-hadw-unchunked": "hadw before (one-pass logits)", "update-hadw": "hadw after (chunked)",
+                "update-trl": "TRL GRPOTrainer loss"}  # fmt: skip
+
+
+def measure_lengths(opts: argparse.Namespace) -> None:
+    """The update pass at each response length: every side in a fresh process, sides alternating per repeat."""
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = opts.model
+        if model_dir is None:
+            model_dir = Path(tmp) / "model135m"
+            subprocess.run([sys.executable, __file__, "--child", "build", "--out", str(model_dir)], check=True)
+        for length in opts.lengths:
+            for r in range(opts.repeats):
+                for side in UPDATE_SIDES:
+                    out = Path(tmp) / f"{side}{length}_{r}"
+                    shape = ("--length", str(length), "--rows", str(opts.rows), "--prompt-len", str(opts.prompt_len))
+                    result = run_child(side, model_dir, out, opts.threads, True, *shape)
+                    results.append({"side": side, "length": length, "repeat": r, **result})
+                    print(f"L={length} repeat {r} {side}: peak RSS {result['peak_rss_gb']:.2f} GiB, update CPU "
+                          f"{result['update_cpu_s']:.0f} s, loss {result['loss']:.4f}", flush=True)  # fmt: skip
+    print(
+        f"\nsetup: {'given model ' + str(opts.model) if opts.model else 'SmolLM2-135M-shaped Llama, random'}, "
+        f"float32, CPU; one mini-batch of {opts.rows} rows x ({opts.prompt_len} prompt + L response) tokens; "
+        "policy log-probs + entropy, GRPO loss, backward; no optimiser step, no KL; gradient checkpointing on "
+        f"every side; {opts.threads} torch thread(s) per child; {opts.repeats} repeat(s), each a fresh process"
+    )
+    print(f"versions: python {sys.version.split()[0]}, {versions()}")
+    print("peak RSS GiB (ru_maxrss of the child: model load, imports and the pass; min over repeats):")
+    print(lengths_table(results))
+    if opts.raw:
+        command = shlex.join(["python", "benchmarks/memory_vs_trl.py", *sys.argv[1:]])
+        shape = dict(rows=opts.rows, prompt_len=opts.prompt_len, threads=opts.threads, versions=versions())
+        raw_tables.write_raw(opts.raw, [opts.report] if opts.report else [], Path(__file__), command, results, **shape)
+
+
+def lengths_table(runs: list[dict]) -> str:
+    """The --lengths table: peak RSS (GiB, min over repeats) of every side at each response length."""
+    lengths = sorted({r["length"] for r in runs})
+    lines = [f"| response tokens | {' | '.join(UPDATE_SIDES.values())} | hadw after / TRL |",
+             "|---:|" + "---:|" * (len(UPDATE_SIDES) + 1)]  # fmt: skip
+    for length in lengths:
+        peak = {side: min(r["peak_rss_gb"] for r in runs if r["side"] == side and r["length"] == length)
+                for side in UPDATE_SIDES}  # fmt: skip
+        cells = " | ".join(f"{peak[side]:.2f}" for side in UPDATE_SIDES)
+        lines.append(f"| {length} | {cells} | {peak['update-hadw'] / peak['update-trl']:.2f} |")
+    return "\n".join(lines)
+
+
+def tables(raw: dict) -> dict[str, str]:
+    """The report's rebuilt block from the raw file alone (benchmarks/raw_tables.py)."""
+    return {"lengths": lengths_table(raw["runs"])}
+
+
+def measure_train_step(opts: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = opts.model
         if model_dir is None:  # built in a child too: a child's ru_maxrss starts at its parent's RSS at fork

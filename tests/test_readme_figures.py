@@ -178,6 +178,15 @@ def _rollout_vs_ref(out: str) -> str:
     )
 
 
+def _memory_lengths(out: str) -> str:
+    rows = [line.strip("| ").split(" | ") for line in out.splitlines() if re.match(r"\| \d+ \|", line)]
+    col = lambda i, fmt="{}": " / ".join(fmt.format(row[i]) for row in rows)
+    return (
+        f"{col(0)} response tokens: hadw {col(1)} GiB before chunking, {col(2)} GiB after; TRL {col(3)} GiB; "
+        f"hadw / TRL {col(4, '×{}')}"
+    )
+
+
 BENCHMARK_FIGURES = {  # report -> the README's phrase, built from the report's output
     "theory_speed.md": _theory_speed,
     "core_overhead.md": _core_overhead,
@@ -191,6 +200,7 @@ BENCHMARK_FIGURES = {  # report -> the README's phrase, built from the report's 
     "decode_step.md": _decode_step,
     "decode_step_5.6m.md": _decode_step,
     "rollout_vs_ref.md": _rollout_vs_ref,
+    "memory_vs_trl_lengths.md": _memory_lengths,
 }
 
 
