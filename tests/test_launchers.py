@@ -2,8 +2,7 @@
 Slurm (munged + slurmctld + slurmd, scripts/slurm_local.sh), each running the same 2 arms × 2 seeds as the
 local launcher, with bit-identical metrics. The Slurm sweep has one run preempted (submitit's USR2: it
 checkpoints and is requeued), one requeued by `scontrol requeue` and one killed (SIGKILL), finished by re-running
-the command. Faults share sweeps where they can (a sweep costs a driver, an array or Ray tasks, and requeue
-delays): the suite's time is mostly these tests.
+the command: faults share a sweep where they can (each sweep costs a driver, an array and requeue delays).
 
 The daemons are started and stopped here; no process of theirs outlives the test module. Where one cannot
 start (not root, packages missing) the test skips with the reason, unless CI=true as root (this project's CI)
@@ -402,17 +401,57 @@ def run_log(run_dir: Path) -> list[tuple[float, str]]:
     return rows
 
 
-def scontrol_jobs(job_id: str) -> list[dict[str, str]]:
-    """`scontrol show job -o ID`: one KEY -> VALUE record per line (an array's running tasks and its pending rest)."""
+def scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol show job -o ID` (the array's first record) as KEY -> VALUE."""
     text = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True)
-    records = []
-    for line in text.stdout.splitlines():
-        fields: dict[str, str] = {}
-        for item in line.split():
-            key, _, value = item.partition("=")
-            fields.setdefault(key, value)
-        records.append(fields)
-    return records
+    fields = {}
+    for item in text.stdout.splitlines()[0].split():
+        key, _, value = item.partition("=")
+        fields.setdefault(key, value)
+    return fields
+
+
+@pytest.mark.slow
+def test_slurm_options_and_throttle_reach_the_job(tmp_path, slurm):
+    """Every scheduler flag, read back from `scontrol show job` of the submitted (held back) array."""
+    out = tmp_path / "cmp"
+    command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--max-parallel", "1"]
+    command += ["--partition", "debug", "--account", "lab", "--time-min", "7", "--cpus-per-run", "2"]
+    command += ["--signal-lead-s", "45", "--sbatch", "begin=now+3600", "--sbatch", "comment=hadw32"]
+    command += ["--arm", "grpo:", "--seeds", "0-2", *RECIPE]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hadw.cli", *command], cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    array = None
+    try:
+        for line in cli.stderr:
+            if line.startswith("slurm: submitted job array"):
+                array = line.split()[4]
+                break
+        assert array, "the sweep did not submit"
+        job = scontrol_job(array)
+        assert job["ArrayTaskThrottle"] == "1" and job["JobState"] == "PENDING", job
+        assert job["ArrayTaskId"].startswith("0-2"), job
+        assert (job["Partition"], job["Account"], job["TimeLimit"]) == ("debug", "lab", "00:07:00"), job
+        assert job["MinCPUsNode"] == "2" and job["Comment"] == "hadw32", job
+        assert job["JobName"].startswith("hadw-compare-cmp-"), job
+        tasks = (out / ".slurm" / array / L.TASKS_FILE).read_text().splitlines()
+        assert tasks[1:] == [f"{i}\tgrpo\t{i}\t{out / 'grpo' / f'seed{i}'}" for i in range(3)], tasks
+    finally:
+        if array:
+            subprocess.run(["scancel", array], check=False)
+        cli.kill()
+        cli.wait()
+    # sbatch refusing the array (an unknown partition): its one line, no "queued" progress line before it.
+    refused = subprocess.run(
+        [sys.executable, "-m", "hadw.cli", *command, "--partition", "nosuch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "sbatch failed" in refused.stderr, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "queued" not in refused.stderr, refused.stderr
 
 
 def test_a_rerun_with_other_cpus_per_run_keeps_its_runs(tmp_path):
@@ -441,31 +480,20 @@ def squeue_empty(array: str, timeout: float = 180) -> None:
 
 
 @pytest.mark.slow
-def test_slurm_options_a_scancel_after_a_killed_driver_and_a_real_time_limit(tmp_path, slurm):
-    """(1) Every scheduler flag reaches the job, read back from `scontrol show job` of the running array; then
-    kill -9 of the driver and `scancel` of its running task: the array lives on without its driver, the
+def test_slurm_scancel_a_killed_driver_and_a_real_time_limit(tmp_path, slurm):
+    """(1) kill -9 of the driver, then `scancel` of its running task: the array lives on without its driver, the
     cancelled run stops at a step with that step's checkpoint (the same command resumes such a stop bit for bit:
     the preempted test's re-run), and the same command is refused while the array is still queued.
     (2) A real time limit (--time-min 1: Slurm itself sends USR2 --signal-lead-s before it) with --max-requeues 0:
-    the run is stopped with a checkpoint, not requeued, and failed in one line naming the requeue limit.
-    (3) sbatch refusing an array (an unknown partition) is its one line."""
+    the run is stopped with a checkpoint, not requeued, and failed in one line naming the requeue limit."""
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "slurm", "--poll", "0.5", "--time-min", "10"]
-    command += ["--max-parallel", "1", "--partition", "debug", "--account", "lab", "--cpus-per-run", "2"]
-    command += ["--sbatch", "comment=hadw32", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
+    command += ["--max-parallel", "1", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *RECIPE]
     with running_sweep(command, tmp_path, stdout=subprocess.DEVNULL) as cli:
         wait_for_checkpoint(out / "grpo" / "seed0", cli)
         (array,) = [d.name for d in (out / ".slurm").iterdir() if d.name.isdigit()]
         # seed 1 waits behind --max-parallel 1; held, it stays queued (no race with its end)
         subprocess.run(["scontrol", "hold", f"{array}_1"], check=True, capture_output=True)
-        jobs = scontrol_jobs(array)
-        assert {job.get("ArrayTaskThrottle") for job in jobs} == {"1"}, jobs
-        for job in jobs:
-            assert (job["Partition"], job["Account"], job["TimeLimit"]) == ("debug", "lab", "00:10:00"), job
-            assert job["MinCPUsNode"] == "2" and job["Comment"] == "hadw32", job
-            assert job["JobName"].startswith("hadw-compare-cmp-"), job
-        tasks = (out / ".slurm" / array / L.TASKS_FILE).read_text().splitlines()
-        assert tasks[1:] == [f"{i}\tgrpo\t{i}\t{out / 'grpo' / f'seed{i}'}" for i in range(2)], tasks
         cli.kill()  # the driver (a lost login node): the array does not need it
         cli.wait()
         killed_at = time.time()
@@ -507,20 +535,6 @@ def test_slurm_options_a_scancel_after_a_killed_driver_and_a_real_time_limit(tmp
     log = (out / "grpo" / "seed0" / L.LAUNCHER_LOG).read_text().splitlines()
     assert len([x for x in log if ": start (" in x]) == 1 and "preempted (SIGUSR2): not requeued" in log[-1], log
     assert latest_checkpoint(out / "grpo" / "seed0") is not None  # the stop saved its steps
-
-    # (3) sbatch refusing the array (an unknown partition): its one line, no "queued" progress line before it.
-    refused = subprocess.run(
-        [
-            *(sys.executable, "-m", "hadw.cli", "compare", "--out", str(tmp_path / "refused"), "--launcher", "slurm"),
-            *("--partition", "nosuch", "--arm", "grpo:", "--seeds", "0", *RECIPE),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert refused.returncode == 2 and "sbatch failed" in refused.stderr, refused.stderr
-    assert refused.stderr.strip().count("\n") == 0 and "queued" not in refused.stderr, refused.stderr
 
 
 @pytest.fixture(scope="module")
@@ -599,19 +613,15 @@ def trainer_pid_gone(run_dir: Path, timeout: float = 60) -> None:
 
 
 @pytest.mark.slow
-def test_ray_a_killed_worker_a_closed_terminal_max_parallel_and_a_killed_driver(tmp_path, local_sweep, ray_two_nodes):
-    """Against a running Ray head, one sweep of 2 runs with --max-parallel 1, --cpus-per-run 2 and a runtime_env:
-    (1) kill -9 of the worker process running a run: Ray retries the task, which resumes from its checkpoint;
-    (2) SIGHUP to the driver (its terminal closed): it goes on and reports; bit-identical to local; the 4-CPU
-    worker node had room for both runs, yet never 2 ran at once, each task got 2 CPUs from Ray and ran with 2 torch
-    threads (train.num_threads=2) in the runtime_env. (3) kill -9 of the driver: its runs die with it (Ray's
-    ownership); the same command again resumes them, bit-identical."""
+def test_ray_a_killed_worker_a_closed_terminal_and_a_killed_driver(tmp_path, local_sweep, ray_two_nodes):
+    """Against a running Ray head: (1) kill -9 of the worker process running a run: Ray retries the task, which
+    resumes from its checkpoint; (2) SIGHUP to the driver (its terminal closed): it goes on and reports; both in
+    one sweep, bit-identical to local. (3) kill -9 of the driver: its runs die with it (Ray's ownership); the same
+    command again resumes them, bit-identical."""
     ray_head, _ = ray_two_nodes  # the runs go to its worker node; tmp_path is storage both nodes see
     out = tmp_path / "cmp"
     command = ["compare", "--out", str(out), "--launcher", "ray", "--ray-address", ray_head, "--poll", "0.5"]
-    command += ["--max-parallel", "1", "--cpus-per-run", "2"]
-    command += ["--ray-runtime-env", '{"env_vars": {"HADW_TEST_MARK": "on"}}']
-    hadw = ["--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1", *RECIPE]
+    hadw = ["--arm", "hadw:hadw.enabled=true", "--seeds", "0-1", "--smooth", "1", *RECIPE]  # both at once
     with running_sweep([*command, *hadw], tmp_path) as cli:
         wait_for_checkpoint(out / "hadw" / "seed0", cli)
         os.kill(run_pid(out, "hadw", 0), signal.SIGKILL)  # the Ray worker itself: run_on_node runs in it
@@ -622,18 +632,6 @@ def test_ray_a_killed_worker_a_closed_terminal_max_parallel_and_a_killed_driver(
     assert_same_runs(out, local_sweep, arms=("hadw",))
     log = (out / "hadw" / "seed0" / L.LAUNCHER_LOG).read_text()
     assert log.count(": start (ray") == 2 and "resumed (ray" in log.splitlines()[-1], log
-    spans = []
-    for seed, outcome in ((0, "resumed"), (1, "trained")):
-        rows = run_log(out / "hadw" / f"seed{seed}")
-        # every attempt got 2 CPUs from Ray and ran in the sweep's runtime_env (its variable's name is logged)
-        starts = [what for _, what in rows if what.startswith("start")]
-        assert set(starts) == {"start (ray, resources {'CPU': 2.0}, env_vars ['HADW_TEST_MARK'])"}, rows
-        assert rows[-1][1] == f"{outcome} (ray, 2 torch threads)", rows
-        assert "num_threads: 2" in (out / "hadw" / f"seed{seed}" / "config.yaml").read_text()
-        spans.append((rows[0][0], rows[-1][0]))
-    spans.sort()
-    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
-    assert in_flight == 1 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
     # (3) the driver killed (kill -9): the run stops with it; the re-run resumes it.
     out = tmp_path / "killed"
@@ -650,3 +648,33 @@ def test_ray_a_killed_worker_a_closed_terminal_max_parallel_and_a_killed_driver(
     )
     assert again.returncode == 0 and "runs: 0 trained, 1 resumed, 0 reused, 0 failed" in again.stderr, again.stderr
     assert run_metrics(out / "grpo" / "seed0") == run_metrics(local_sweep / "grpo" / "seed0")
+
+
+@pytest.mark.slow
+def test_ray_max_parallel_caps_runs_in_flight_and_cpus_per_run_are_threads(tmp_path, ray_two_nodes):
+    """2 runs on the 4-CPU worker node (room for both, 2 CPUs each) with --max-parallel 1: never 2 at once;
+    each task got 2 CPUs from Ray and ran with 2 torch threads (train.num_threads=2)."""
+    address, _ = ray_two_nodes
+    out = tmp_path / "cmp"
+    recipe = [x for o in [*TINY, "train.steps=2"] for x in ("--set", o)]
+    result = CliRunner().invoke(
+        build_app(),
+        [
+            *("compare", "--out", str(out), "--launcher", "ray", "--ray-address", address, "--cpus-per-run", "2"),
+            *("--max-parallel", "1", "--poll", "0.5", "--arm", "grpo:", "--seeds", "0-1", "--smooth", "1", *recipe),
+            *("--ray-runtime-env", '{"env_vars": {"HADW_TEST_MARK": "on"}}'),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "runs: 2 trained, 0 resumed, 0 reused, 0 failed" in result.output
+    spans = []
+    for seed in range(2):
+        rows = run_log(out / "grpo" / f"seed{seed}")
+        # the task got 2 CPUs from Ray, and ran in the sweep's runtime_env (its variable's name is logged)
+        assert len(rows) == 2 and rows[0][1] == "start (ray, resources {'CPU': 2.0}, env_vars ['HADW_TEST_MARK'])", rows
+        assert rows[1][1] == "trained (ray, 2 torch threads)", rows
+        assert "num_threads: 2" in (out / "grpo" / f"seed{seed}" / "config.yaml").read_text()
+        spans.append((rows[0][0], rows[1][0]))
+    spans.sort()
+    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
+    assert in_flight == 1 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
