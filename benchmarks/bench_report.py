@@ -4,7 +4,7 @@ One home for the report format, so the README can quote a committed file instead
 holds the command line, the date, the commit, the versions of the libraries the run imported, the machine
 (CPU, cores, load average before and after: a shared machine slows wall times, not CPU times), every
 setting with those that differ from the defaults named, and the output exactly as printed (its tables give
-min / median / max). tests/test_readme_figures.py parses these files against the README.
+min / median / max). tests/test_readme_figures.py parses these files against docs/benchmarks.md and the README.
 
     parser = argparse.ArgumentParser(description=__doc__)
     add_report_option(parser)

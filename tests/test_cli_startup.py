@@ -82,7 +82,7 @@ def test_help_of_every_command_imports_no_torch_transformers_or_scipy():
         ["probe", "m", "--data", "task:addition", "--group-size", "1"],
         ["sft", "out", "--max-steps", "-1"],
         ["compare", "--jobs", "0"],
-        ["train", "hadw.lamda=1.0"],  # an unknown config key (the README's example)
+        ["train", "hadw.lamda=1.0"],  # an unknown config key (docs/train.md's example)
         ["train", "missing.yaml"],  # no such config file
         ["train", "train.steps=[1"],  # not YAML
     ],

@@ -45,7 +45,7 @@ def test_trl_defaults_are_the_anchors_defaults():
 def test_kalman_default_tracks_a_rising_accuracy():
     """Issue 14: accuracy rising 0.30 → 0.86 over 90 batches (m = 10). The paper's rule as printed (eta_min=0)
     freezes near 0.33; the default floor keeps the anchor within 0.03 on average after the warm-up, as the
-    window does (the figures docs/method.md and the README quote)."""
+    window does (the figures docs/method.md quotes)."""
     y = np.linspace(0.30, 0.86, 90)
 
     def track(anchor):

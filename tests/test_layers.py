@@ -1,4 +1,4 @@
-"""The floors of the house: a module never imports a higher floor (README, "The library").
+"""The floors of the house: a module never imports a higher floor (docs/library.md).
 
     core, theory, data (+ the floor-0 helpers)  <  rewards, rollout  <  eval  <  train  <  experiments, sim
     integrations import core only;  every `cli` module is the top floor.

@@ -1,9 +1,10 @@
-"""The README quotes measured figures from the files the scripts write, so one recipe cannot show two values.
+"""The README and docs/benchmarks.md quote measured figures from the files the scripts write, so one recipe cannot
+show two values.
 
 benchmarks/real_model_rl.md is real_model_rl.py's report (the demo's and the studies' tables are rebuilt from raw
 results: tests/test_raw_tables.py),
-and each speed benchmark's `--report FILE` (benchmarks/bench_report.py) keeps what it printed: the README's
-copies of their figures must be the files' own.
+and each speed benchmark's `--report FILE` (benchmarks/bench_report.py) keeps what it printed: docs/benchmarks.md's
+copies of their figures, and the README's summary of them, must be the files' own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from tests.conftest import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 PROSE = " ".join(README.split())  # sentences wrap anywhere
+BENCHMARKS_PAGE = REPO_ROOT / "docs" / "benchmarks.md"  # the benchmarks' table and text, moved out of the README
+BENCHMARKS = BENCHMARKS_PAGE.read_text(encoding="utf-8")
+BENCHMARKS_PROSE = " ".join(BENCHMARKS.split())
+PAGES = {"README.md": README, "docs/benchmarks.md": BENCHMARKS}  # the pages whose figures are checked
 
 
 def _table(text: str) -> str:
@@ -31,10 +36,11 @@ def test_the_demo_warm_start_line_is_the_shipped_starts():
     assert f"```text\n{line}\n```" in README
 
 
-def test_the_readme_quotes_no_other_accuracy_for_the_demo_recipe():
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_the_readme_quotes_no_other_accuracy_for_the_demo_recipe(page: str):
     # The quick start and the configuration section once quoted their own warm-start / RL accuracies
     # (0.42 -> 0.73, 0.50 -> 0.60) beside the demo's 0.473 -> 0.607 for the same recipe.
-    assert not re.search(r"warm start reaches \d\.\d+|RL steps: \d\.\d+ → \d\.\d+", PROSE)
+    assert not re.search(r"warm start reaches \d\.\d+|RL steps: \d\.\d+ → \d\.\d+", " ".join(PAGES[page].split()))
 
 
 def test_the_real_model_figures_are_the_reports():
@@ -44,11 +50,16 @@ def test_the_real_model_figures_are_the_reports():
     assert f"held-out greedy accuracy {before} → {grpo} (GRPO) and {hadw} (GRPO+HA-DW)" in PROSE
 
 
+def _memory_ratio(output: str) -> tuple[str, str, str]:
+    return re.search(r"paired by repeat\): ([\d.]+) / ([\d.]+) / ([\d.]+)", output).groups()
+
+
 def test_the_135m_memory_figures_are_the_benchmarks_output():
     output = (REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8")
     hadw, trl = re.findall(r"peak RSS [\d.]+ / ([\d.]+) / [\d.]+ GiB", output)
-    lo, med, hi = re.search(r"paired by repeat\): ([\d.]+) / ([\d.]+) / ([\d.]+)", output).groups()
-    assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in PROSE and f"ratio ×{med} [{lo}–{hi}]" in PROSE
+    lo, med, hi = _memory_ratio(output)
+    assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in BENCHMARKS_PROSE
+    assert f"ratio ×{med} [{lo}–{hi}]" in BENCHMARKS_PROSE
 
 
 # ---------------------------------------------------------------- the "Benchmarks" table: one report per figure
@@ -126,10 +137,13 @@ def _roofline_demo_shape(out: str) -> str:
     return f"in the demo's rollout shape (128 rows × 6 new tokens): {_roofline_decode(out)}"
 
 
+def _rollout_ratio(out: str) -> str:
+    return "×" + _mmm(*_numbers(out, r"ratio HFRolloutEngine / generate by CPU\s+\(per pair\)"))
+
+
 def _rollout_speed(out: str) -> str:
-    ratio = _numbers(out, r"ratio HFRolloutEngine / generate by CPU\s+\(per pair\)")
     ours, theirs = (_numbers(out, rf"{side}\s+by wall")[4] for side in ("HFRolloutEngine", r"model\.generate"))
-    return f"×{_mmm(*ratio)} ({ours} vs {theirs} tokens per CPU-second"
+    return f"{_rollout_ratio(out)} ({ours} vs {theirs} tokens per CPU-second"
 
 
 def _rollout_split(outs: list[str]) -> str:
@@ -144,10 +158,16 @@ def _trl_overhead(out: str) -> str:
     return f"×{_mmm(*ratio)} per step by CPU time (target ≤ 1.05); the adapter's own work is {100 * float(share):.2f} %"
 
 
-def _train_vs_trl(out: str) -> str:
+def _train_vs_trl_ratios(out: str) -> tuple[str, str]:
+    """`×median [min–max]` by CPU time: natural, equal work."""
     cpu = re.findall(r"speed-up hadw/TRL .* by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", out)
     (n_lo, n_med, n_hi), (e_lo, e_med, e_hi) = [[f"{float(v):.2f}" for v in row] for row in cpu]
-    return f"natural ×{n_med} [{n_lo}–{n_hi}], equal work ×{e_med} [{e_lo}–{e_hi}] by CPU time"
+    return f"×{n_med} [{n_lo}–{n_hi}]", f"×{e_med} [{e_lo}–{e_hi}]"
+
+
+def _train_vs_trl(out: str) -> str:
+    natural, equal = _train_vs_trl_ratios(out)
+    return f"natural {natural}, equal work {equal} by CPU time"
 
 
 def _decode_step(out: str) -> str:
@@ -167,9 +187,13 @@ def _decode_step(out: str) -> str:
     )
 
 
+def _vs_ref_ratio(out: str, model: str, shape: str) -> str:
+    return "×" + _mmm(*_numbers(out, rf"{model} {shape}, prompt \d+\s+x")[:3])
+
+
 def _rollout_vs_ref(out: str) -> str:
     pairs = re.search(r"; (\d+) alternating pairs", out).group(1)
-    ratio = lambda model, shape: "×" + _mmm(*_numbers(out, rf"{model} {shape}, prompt \d+\s+x")[:3])
+    ratio = lambda model, shape: _vs_ref_ratio(out, model, shape)
     shapes = ("64x64", "128x6", "64x16")
     tiny, big = ([ratio(m, s) for s in shapes] for m in ("tiny", r"5\.6M"))
     return (
@@ -187,7 +211,7 @@ def _memory_lengths(out: str) -> str:
     )
 
 
-BENCHMARK_FIGURES = {  # report -> the README's phrase, built from the report's output
+BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the report's output
     "theory_speed.md": _theory_speed,
     "core_overhead.md": _core_overhead,
     "roofline.md": _roofline,
@@ -207,13 +231,48 @@ BENCHMARK_FIGURES = {  # report -> the README's phrase, built from the report's 
 @pytest.mark.parametrize("report", sorted(BENCHMARK_FIGURES))
 def test_the_benchmark_figures_are_the_reports(report: str):
     phrase = BENCHMARK_FIGURES[report](_output(report))
-    assert phrase in PROSE, f"the README should quote {report}: {phrase}"
-    assert f"(benchmarks/{report})" in README, f"the README should link benchmarks/{report}"
+    assert phrase in BENCHMARKS_PROSE, f"docs/benchmarks.md should quote {report}: {phrase}"
+    assert f"(../benchmarks/{report})" in BENCHMARKS, f"docs/benchmarks.md should link benchmarks/{report}"
 
 
 def test_the_decode_split_is_the_rollout_speed_reports():
     outs = [_output(f"rollout_speed_{m}.md") for m in ("tiny", "5.6m")]
-    assert f"fused steps (profiler): {_rollout_split(outs)} (tiny / 5.6 M)" in PROSE
+    assert f"fused steps (profiler): {_rollout_split(outs)} (tiny / 5.6 M)" in BENCHMARKS_PROSE
+
+
+def _core_overhead_summary(out: str) -> str:
+    ratio = _numbers(out, r"ratio HA-DW / plain \(CPU, per pair\)")[:3]
+    both = _numbers(out, r"share of a step \(CPU medians\):")[0]
+    return f"×{_mmm(*ratio)} the time of the advantages alone, {both} % of a tiny-model optimiser step"
+
+
+README_SUMMARY = {  # report -> the ratio the README's five-line "Benchmarks" summary quotes from it
+    "rollout_speed_tiny.md": lambda out: f"rollouts {_rollout_ratio(out)} faster than `model.generate()`",
+    "rollout_vs_ref.md": lambda out: f"{_vs_ref_ratio(out, 'tiny', '128x6')} faster than 0.2.0's engine in the demo's",
+    "train_vs_trl_tiny.md": lambda out: f"at equal work: {_train_vs_trl_ratios(out)[1]} faster (tiny model",
+    "train_vs_trl_135m.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} (135M shapes",
+    "core_overhead.md": _core_overhead_summary,
+    "trl_overhead.md": lambda out: "the TRL adapter ×" + _mmm(*_numbers(out, r"ratio \(CPU time\)")[:3]) + " plain",
+    "decode_step.md": lambda out: f"×{_mmm(*_numbers(out, r'oneDNN packed')[9:12])} faster than MKL's `F.linear`",
+}
+
+
+@pytest.mark.parametrize("report", sorted(README_SUMMARY))
+def test_the_readme_benchmark_summary_is_the_reports(report: str):
+    phrase = README_SUMMARY[report](_output(report))
+    assert phrase in PROSE, f"the README's benchmark summary should quote {report}: {phrase}"
+    assert f"(benchmarks/{report})" in README, f"the README's benchmark summary should link benchmarks/{report}"
+
+
+def test_the_readme_benchmark_summary_memory_ratio_is_the_report():
+    lo, med, hi = _memory_ratio((REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8"))
+    assert f"peak RSS ×{med} [{lo}–{hi}] of TRL's" in PROSE
+    assert "(benchmarks/memory_vs_trl_135m.md)" in README
+
+
+def test_the_readme_links_the_benchmarks_page():
+    section = README.split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    assert "](docs/benchmarks.md)" in section and len(section.strip().splitlines()) <= 20
 
 
 def test_every_benchmark_report_is_checked():
@@ -224,16 +283,18 @@ def test_every_benchmark_report_is_checked():
 
 def test_every_benchmarks_row_links_its_file():
     # A row without a file is a figure from a terminal, which no test can hold to anything.
-    section = README.split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    section = BENCHMARKS.split("\n## Speed and memory\n", 1)[1].split("\n## ", 1)[0]
     rows = _table(section).splitlines()[2:]  # past the header and its rule
-    assert rows and all("](benchmarks/" in row or "](docs/" in row for row in rows), [
-        row.split(" | ")[0] for row in rows if "](benchmarks/" not in row and "](docs/" not in row
+    linked = re.compile(r"\]\((?:\.\./benchmarks/[\w./-]+|[\w-]+\.md)\)")  # a report, or another docs page
+    assert rows and all(linked.search(row) for row in rows), [
+        row.split(" | ")[0] for row in rows if not linked.search(row)
     ]
 
 
-# A README passage (a paragraph, a list item or a table row) that links a results file, and the decimal
-# figures in it. Integers are counts and settings (20 seeds, 200 steps, levels 2-4), not measurements.
-_LINK = re.compile(r"\]\(((?:benchmarks|docs)/[\w./-]+\.md)\)")
+# A passage (a paragraph, a list item or a table row) of a checked page that links a results file (a page of
+# benchmarks/ or docs/, relative to the page), and the decimal figures in it. Integers are counts and settings
+# (20 seeds, 200 steps, levels 2-4), not measurements.
+_LINK = re.compile(r"\]\(((?:\.\./)?[\w./-]+\.md)\)")
 _FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?!\.\d)")  # not a version (0.2.0)
 
 
@@ -259,12 +320,21 @@ def _quoted_from(figure: str, numbers: set[float]) -> bool:
     return any(f"{x:.{decimals}f}" == figure or f"{100 * x:.{decimals}f}" == figure for x in numbers)
 
 
-def test_every_figure_beside_a_results_link_is_in_a_linked_file():
+def _results_links(page: str, passage: str) -> list:
+    """The files of benchmarks/ and docs/ that `passage` of `page` (a path from the repository root) links."""
+    base = (REPO_ROOT / page).parent
+    files = [(base / f).resolve() for f in _LINK.findall(passage)]
+    roots = [(REPO_ROOT / d).resolve() for d in ("benchmarks", "docs")]
+    return [f for f in files if any(f.is_relative_to(r) for r in roots)]
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_figure_beside_a_results_link_is_in_a_linked_file(page: str):
     # The README once quoted the demo's accuracies in a passage that linked another study, and a kalman anchor
     # figure (0.30 → 0.86) that docs/method.md gave as 0.30 → 0.83: a figure next to a link is read as that file's.
     missing = []
-    for passage in _passages(README):
-        files = [REPO_ROOT / f for f in _LINK.findall(passage)]
+    for passage in _passages(PAGES[page]):
+        files = _results_links(page, passage)
         if not files:
             continue
         linked = _plain(" ".join(f.read_text(encoding="utf-8") for f in files if f.is_file()))
