@@ -1,6 +1,6 @@
 """A reward written for TRL: it names its own gold column (`gold`), as in `GRPOTrainer(reward_funcs=[...])`.
 
-    hadw train ... 'reward.functions=[my_rewards:gold_last_number]'   # run from this folder
+hadw train ... 'reward.functions=[my_rewards:gold_last_number]'   # run from this folder
 """
 
 import re
