@@ -9,72 +9,54 @@ One step, top to bottom (docs/method.md, "the product in one picture"):
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
-import os
-import random
 import shutil
 import signal
 import sys
-import threading
 import time
-import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from hadw import metrics as M
-from hadw.core import Anchor, anchor_from_state, apply_hadw, compute_advantages, policy_loss, scale_advantages
+from hadw.core import Anchor, apply_hadw, compute_advantages, policy_loss, scale_advantages
 from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
-from hadw.data import Problem, extract_answer, render_prompt
-from hadw.data.templates import prompt_token_limit, prompt_too_long
-from hadw.errors import SignalStop, UserError
+from hadw.data import Problem, render_prompt
+from hadw.errors import UserError
 from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
-from hadw.eval.run_recipe import RUN_PATH_KEYS, portable_path, resolve_run_path, write_run_paths
-from hadw.processes import STOP_SIGNALS, detach_from_a_closed_terminal, take_pending_stop
+from hadw.eval.run_recipe import RUN_PATH_KEYS, write_run_paths
 from hadw.progress import Bar
 from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
 from hadw.rewards.base import FailureWatch
 from hadw.rewards.loader import RewardState
-from hadw.rewards.verifiers import canonical_int
-from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, build_tiny_model, compute_logprobs, load_model
+from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, compute_logprobs
 from hadw.rollout.batch import completion_ids
-from hadw.rollout.lora import is_lora, reference_policy, write_base_record
-from hadw.rollout.models import is_hub_id, model_device, model_load_error
-from hadw.safe_files import atomic_write_text, disk_full_is_one_line, open_append
+from hadw.rollout.lora import is_lora, reference_policy
+from hadw.rollout.models import model_device
+from hadw.safe_files import atomic_write_text, disk_full_is_one_line
 from hadw.train.checkpoint import (
-    CheckpointError,
-    fsync_path,
     latest_checkpoint,
-    load_checkpoint,
-    read_state_json,
-    replace_dir,
-    resume_checkpoint,
     save_checkpoint,
-    unreadable,
 )
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
+from hadw.train.final_save import FinalSaves
 from hadw.train.metrics_log import MetricsLogger
-from hadw.train.model_defaults import shipped_warm_start
+from hadw.train.policy_setup import PolicySetup, _check_master_weights, make_optimizer, warmup_lambda
 from hadw.train.prompts import PromptSource
-from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
-
-REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (kind, message, row)
+from hadw.train.resume import ResumeChecks
+from hadw.train.run_dir import claim_run_dir
+from hadw.train.stopping import Interrupted, SignalStops  # noqa: F401  (Interrupted: hadw.train.trainer's, as before)
+from hadw.train.watch import REWARD_ERRORS_FILE, RunWatch, measured_no_signal_causes  # noqa: F401  (as before)
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
-
-
-class Interrupted(SignalStop):
-    """SIGINT / SIGTERM / SIGHUP stopped the run at a safe point; exit 128 + the signal's number (130, 143, 129)."""
 
 
 @dataclass
@@ -113,31 +95,6 @@ def _take(tensor: torch.Tensor | None, rows) -> torch.Tensor | None:
     return None if tensor is None else tensor[rows]
 
 
-def with_paths(cfg: Config, convert) -> Config:
-    """cfg with convert(value) applied to every path key (RUN_PATH_KEYS)."""
-    from dataclasses import replace
-
-    for key in RUN_PATH_KEYS:
-        section, name = key.split(".")
-        part = getattr(cfg, section)
-        cfg = replace(cfg, **{section: replace(part, **{name: convert(getattr(part, name))})})
-    return cfg
-
-
-def _check_master_weights(model) -> None:
-    """Refuse to train non-float32 weights: AdamW steps below bf16/fp16 resolution would be lost."""
-    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
-    if dtypes - {torch.float32}:
-        raise ConfigError(
-            f"the model's trainable weights are {sorted(map(str, dtypes))}; train float32 master weights "
-            "(model.dtype=float32) with model.compute_dtype=bfloat16 for mixed precision"
-        )
-
-
-# Config keys whose change makes a saved anchor history incompatible.
-ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
-
-
 def anchor_keys(anchor: Anchor, rows: list[Problem]) -> list[Any] | None:
     """Each response's level / source / prompt uid for the keyed anchors (None for the others); a data
     source without that column cannot be weighed per level: one line, exit 2."""
@@ -154,44 +111,7 @@ def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % (1 << 62)
 
 
-def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
-    """optim.name's optimiser over the model's trainable parameters (every weight; with LoRA the adapters
-    only, so a checkpoint holds their optimiser state alone): AdamW (the default, as before) or plain SGD."""
-    o = cfg.optim
-    params = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type in ("cpu", "cuda")  # one kernel, no per-step copies of every weight (as TRL)
-    if o.name == "sgd":  # no momentum: the step is lr × gradient, so a factor on the advantages is a factor on it
-        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
-    betas = tuple(o.betas)
-    return torch.optim.AdamW(params, lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused)
-
-
-def warmup_lambda(warmup_steps: int):
-    return lambda n: min(1.0, (n + 1) / warmup_steps) if warmup_steps > 0 else 1.0
-
-
-def measured_no_signal_causes(metrics: dict[str, float], texts: list[str], cfg: Config) -> list[str]:
-    """What this batch shows about why every group is degenerate: reward failures, every answer right,
-    truncation, or no answer the verifier can read. Empty when none of these was measured."""
-    causes = []
-    failed = metrics.get(M.REWARD_ERRORS, 0.0) + metrics.get(M.REWARD_TIMEOUTS, 0.0)
-    if failed:
-        causes.append(f"the reward failed on {failed:.0f} of {len(texts)} responses (errors and timeouts score 0)")
-    if texts and metrics.get(M.SCORE_MEAN, 0.0) >= 1.0:
-        causes.append("every response was correct: the prompts are too easy for this model")
-    clipped = metrics.get(M.RESPONSE_CLIP_RATIO, 0.0)
-    if clipped >= 0.5:
-        causes.append(f"{clipped:.0%} of responses were cut off at rollout.max_new_tokens={cfg.rollout.max_new_tokens}")
-    readable = {  # what the built-in verifiers read: a \boxed{} or "#### N" answer; exact also a bare integer
-        "math": lambda t: extract_answer(t) is not None,
-        "exact": lambda t: extract_answer(t) is not None or canonical_int(t) is not None,
-    }.get(cfg.reward.correctness)
-    if texts and readable is not None and not any(map(readable, texts)):
-        causes.append(f"no response had an answer reward {cfg.reward.correctness!r} can read")
-    return causes
-
-
-class Trainer:
+class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
     def __init__(
         self,
         cfg: Config,
@@ -291,218 +211,7 @@ class Trainer:
         paths = {key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in RUN_PATH_KEYS}
         write_run_paths(self.run_dir, paths)
 
-    def _resume(self, accept_changes: bool) -> tuple[Path | None, bool]:
-        """--resume: (the checkpoint loaded, or None when the run restarts from step 0; whether it restarts)."""
-        notes: list[str] = []  # a fallback from an unusable `latest`: said once the checkpoint is accepted
-        try:
-            checkpoint = resume_checkpoint(self.run_dir, notes.append)
-            if checkpoint is None:
-                if not holds_run(self.run_dir):
-                    raise RunDirError(
-                        f"--resume: no checkpoint in train.output_dir={self.run_dir} (no {self.run_dir}/latest); "
-                        "run without --resume to start it"
-                    )
-                # stopped before its first checkpoint (no checkpoint folder at all): from step 0
-                self._check_settings(saved_config(self.run_dir), self.run_dir / "config.yaml", accept_changes)
-                print(f"--resume: {self.run_dir} has no checkpoint yet; restarting it from step 0", file=sys.stderr)
-                return None, True
-            self._resume_from(checkpoint, accept_changes)
-        except OSError as err:  # a file of the run this process may not read, or failing storage: one line naming it
-            if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise unreadable(err.filename or self.run_dir, err) from None
-        for note in notes:
-            print(note, file=sys.stderr)
-        return checkpoint, False
-
-    def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
-        """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
-        then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
-        diffs = self._check_settings(saved, checkpoint, accept_changes)
-        state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
-        self.start_step = state["step"]
-        anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
-        if anchor_keys:
-            warnings.warn(
-                f"--accept-changes: the anchor setting changed ({'; '.join(anchor_keys)}); the anchor starts "
-                "empty instead of from the saved history",
-                stacklevel=2,
-            )
-        else:
-            try:
-                self.anchor = anchor_from_state(state["anchor"])
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
-                raise CheckpointError(
-                    f"{checkpoint / 'state.json'}: field 'anchor' cannot be loaded ({type(err).__name__}: {err})"
-                ) from None
-        if diffs:  # accepted: the saved optimiser must not silently keep the old lr / betas / decay
-            o, schedule = self.cfg.optim, warmup_lambda(self.cfg.optim.warmup_steps)
-            lr = o.lr * schedule(self.scheduler.last_epoch)
-            for group in self.optimizer.param_groups:
-                group.update(lr=lr, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-            self.scheduler.base_lrs = [o.lr for _ in self.optimizer.param_groups]
-            self.scheduler._last_lr = [lr for _ in self.optimizer.param_groups]
-            print(f"--resume --accept-changes: applied {'; '.join(diffs)}", file=sys.stderr)
-
-    def portable_config(self) -> Config:
-        """The config as the run's files record it: local paths relative to the run folder (RUN_PATH_KEYS)."""
-        return with_paths(self.cfg, lambda value: portable_path(value, self.run_dir))
-
-    def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
-        """The settings that differ from the saved run's (config_differences); refused unless accepted. Paths are
-        compared in the run-relative form both ways (an older run recorded them as typed)."""
-        for key in RUN_PATH_KEYS:
-            section, name = key.split(".")
-            value = (saved.get(section) or {}).get(name)
-            if isinstance(value, str) and value:
-                saved[section][name] = portable_path(resolve_run_path(value, self.run_dir, key), self.run_dir)
-        diffs = config_differences(saved, self.portable_config().to_dict(), Config().to_dict())
-        if diffs and not accept_changes:
-            raise RunDirError(
-                f"--resume: the settings differ from the saved run in {where} ({'; '.join(diffs)}); "
-                "pass the saved values, or --accept-changes to apply the new ones"
-            )
-        return diffs
-
-    def _clean_leftovers(self) -> None:
-        """Drop half-written checkpoint and final-model folders (temporary names only). Checkpoints are never
-        deleted here: one newer than the resumed step is replaced when the run reaches that step again."""
-        for tmp in [*self.run_dir.glob(".tmp-checkpoint-*"), *self.run_dir.glob(".final_model.tmp*")]:
-            if tmp.is_symlink():
-                tmp.unlink()
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    def _skip_long_prompts(self) -> None:
-        """Drop file rows whose prompt exceeds data.max_prompt_tokens (default: the model's context minus
-        rollout.max_new_tokens), counting them; a huge row would otherwise blow up memory in generation."""
-        if self.source.task is not None:
-            return
-        limit = self.cfg.data.max_prompt_tokens or prompt_token_limit(
-            self.model.config, self.cfg.rollout.max_new_tokens
-        )
-        # never above the context: evaluate() refuses a longer held-out prompt, at the end of the run
-        limit = min(limit, prompt_token_limit(self.model.config, 0))
-        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
-
-        def fits(problem: Problem) -> bool:
-            text = render_prompt(problem, self.cfg.data.template, self.tokenizer, chat)
-            return prompt_too_long(text, self.tokenizer, limit) is None  # a huge row is never tokenized
-
-        kept = [p for p in self.source.problems if fits(p)]
-        held_out = [p for p in self.source._held_out if fits(p)]
-        skipped = len(self.source.problems) + len(self.source._held_out) - len(kept) - len(held_out)
-        self.source.num_skipped = skipped
-        if skipped:
-            print(
-                f"data.source={self.cfg.data.source}: skipped {skipped} rows whose prompt is longer than "
-                f"{limit} tokens (data.max_prompt_tokens)",
-                file=sys.stderr,
-            )
-        if not kept:
-            raise ConfigError(
-                f"data.source={self.cfg.data.source!r}: every training row is longer than {limit} tokens "
-                "(data.max_prompt_tokens)"
-            )
-        self.source._held_out = held_out
-        self.source.problems = kept
-
     # ------------------------------------------------------------------------------------ setup
-    @staticmethod
-    def _seed_everything(seed: int) -> None:
-        random.seed(seed)
-        np.random.seed(seed % (1 << 32))
-        torch.manual_seed(seed)
-
-    def _warm_start(self, init_dir: Path) -> Path:
-        """SFT the freshly built tiny model on the training task until model.tiny.warm_start_accuracy: a random
-        model never earns a reward, so every GRPO group would be degenerate (no gradient)."""
-        from hadw.data.tasks import TINY_WARM_START_LEVEL_FLOOR
-        from hadw.train.sft import SFTConfig, below_floor, sft_warm_start
-
-        cfg, t = self.cfg, self.cfg.model.tiny
-        if not cfg.data.source.startswith("task:"):
-            warnings.warn("model.tiny.warm_start_accuracy applies to task: sources only; skipped", stacklevel=2)
-            return init_dir
-        model, tokenizer = load_model(init_dir)
-        sft = SFTConfig(
-            task=cfg.data.source.split(":", 1)[1],
-            levels=cfg.data.levels,
-            target_accuracy=t.warm_start_accuracy,
-            max_steps=t.warm_start_max_steps,
-            eval_every=50,
-            seed=cfg.train.seed,
-        )
-        result = sft_warm_start(model, tokenizer, sft, progress=cfg.logging.progress)
-        print(f"warm start: {result.steps} SFT steps, greedy accuracy {result.accuracy:.3f}", file=sys.stderr)
-        low = below_floor(result.history[-1], TINY_WARM_START_LEVEL_FLOOR) if result.history else {}
-        if low:  # said, not silent: RL gets all-wrong groups on these levels (the demo refuses such a start)
-            levels = ", ".join(f"{k} {v:.3f}" for k, v in low.items())
-            print(
-                f"warning: the warm start is below greedy {TINY_WARM_START_LEVEL_FLOOR} on {levels}: RL learns little "
-                "there; raise model.tiny.warm_start_max_steps or start from a stronger model.path",
-                file=sys.stderr,
-            )
-        out = self.run_dir / "warm_start_model"
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        return out
-
-    def _load_model(self):
-        m = self.cfg.model
-        path = m.path
-        if path:
-            model_dir = Path(path)
-            if not model_dir.exists() and not is_hub_id(path):  # else load_model tries it as a Hub id
-                raise ConfigError(f"model.path={path}: no such folder")
-            if model_dir.exists() and (not model_dir.is_dir() or not (model_dir / "config.json").is_file()):
-                raise ConfigError(f"model.path={path}: not a model folder (no config.json); give a saved model folder")
-        elif (shipped := shipped_warm_start(self.cfg)) is not None:  # the same file on every machine: no SFT
-            from hadw.train import warm_starts as W
-
-            path, start = W.resolve(shipped)
-            print(start.line(), file=sys.stderr)
-        else:
-            t = m.tiny
-            path = build_tiny_model(
-                self.run_dir / "init_model",
-                t.arch,
-                t.hidden_size,
-                t.num_layers,
-                t.num_heads,
-                t.num_kv_heads,
-                t.intermediate_size,
-                seed=self.cfg.train.seed,
-            )
-            if t.warm_start_accuracy > 0:
-                path = self._warm_start(path)
-        try:
-            model, tokenizer = load_model(path, m.dtype, m.device, trust_remote_code=m.trust_remote_code)
-        except UserError:  # e.g. offline and not cached: already one clear line
-            raise
-        except Exception as err:  # a damaged or mismatched folder, whatever transformers raises
-            raise ConfigError(f"model.path={path}: cannot load the model: {model_load_error(err)}") from None
-        if m.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        return model, tokenizer, path
-
-    def _add_lora(self, model, base):
-        """`model` with fresh LoRA adapters (model.lora.*); the base weights stay frozen."""
-        try:
-            from hadw.rollout.lora import LoraSettings, add_lora
-
-            lora = self.cfg.model.lora
-            settings = LoraSettings(lora.rank, lora.alpha, lora.dropout, lora.target_modules)
-            model = add_lora(model, settings, base or getattr(model, "name_or_path", None))
-        except ImportError as err:
-            from hadw.errors import missing_extra
-
-            raise missing_extra(err, "model.lora.enabled=true", "lora") or err from None
-        except ValueError as err:  # e.g. target modules the model does not have
-            raise ConfigError(f"model.lora: {' '.join(str(err).split())[:300]}") from None
-        if self.cfg.model.gradient_checkpointing:  # checkpointed blocks need an input that requires grad
-            model.enable_input_require_grads()
-        return model
 
     def autocast(self) -> AbstractContextManager:
         """Forward passes in model.compute_dtype (mixed precision); a no-op in float32."""
@@ -510,14 +219,6 @@ class Trainer:
         if dtype == "float32":
             return nullcontext()
         return torch.autocast(self.device.type, dtype=getattr(torch, dtype))
-
-    def _load_reference(self):
-        import copy
-
-        ref = copy.deepcopy(self.model).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
 
     # ------------------------------------------------------------------------------------ rollout
     def _prompt_ids(self, problems: list[Problem]) -> list[list[int]]:
@@ -700,25 +401,6 @@ class Trainer:
         values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
-    def _report_reward_error(self, name: str, line: str, error, row: dict) -> None:
-        """A reward's first error: one line on stderr, and a record in <run>/reward_errors.jsonl."""
-        print(f"warning: {line} (later errors are counted in reward/errors, reward/timeouts)", file=sys.stderr)
-        record = {"step": self._step + 1, "reward": name, "kind": error.kind, "message": error.message, "row": row}
-        with open_append(self.run_dir / REWARD_ERRORS_FILE) as f:
-            f.write(M.dumps(record) + "\n")
-
-    def _watch_rewards(self, rollout: Rollout) -> None:
-        """Count the step's failed reward items, report each reward's first one, and stop the run
-        (RewardFailure) when a reward failed on every item for reward.max_failed_steps steps in a row."""
-        r = rollout.rewards
-        self._reward_failures += r.num_errors + r.num_timeouts
-        rows = [
-            {"prompt": p.question, "answer": p.answer, "completion": c}
-            for p, c in zip(rollout.problems, rollout.batch.response_texts, strict=True)
-        ]
-        for name, watch in self._reward_watch.items():
-            watch.see(r.errors.get(name, {}), r.first_errors.get(name), name in r.failed_all, rows)
-
     def train_step(self, step: int) -> dict[str, float]:
         self._step = step
         rollout, refills = self.collect(step)
@@ -746,37 +428,6 @@ class Trainer:
         metrics[M.SKIPPED_PROMPTS] = getattr(self.source, "num_skipped", 0)  # rows over data.max_prompt_tokens
         self._warn_if_no_signal(step, metrics, rollout.batch.response_texts)
         return metrics
-
-    NO_SIGNAL_STEPS = 3  # consecutive all-degenerate steps before the warning (one such step happens by chance)
-
-    def _warn_if_no_signal(self, step: int, metrics: dict[str, float], texts: list[str]) -> None:
-        """Say so, once, when NO_SIGNAL_STEPS steps in a row had only degenerate groups (no gradient at all),
-        naming the cause the trainer measured on this batch when it knows one."""
-        self._no_signal_streak = self._no_signal_streak + 1 if metrics[M.DEGENERATE_FRAC] >= 1.0 else 0
-        if self._no_signal_streak != self.NO_SIGNAL_STEPS or self._warned_no_signal:
-            return
-        self._warned_no_signal = True
-        cfg = self.cfg
-        causes = measured_no_signal_causes(metrics, texts, cfg)
-        likely = (
-            "Measured on the last batch: " + "; ".join(causes)
-            if causes
-            else (
-                "Likely causes: the model never produces an answer the reward can read (a random or base model: SFT "
-                "first; a prompt template it does not follow: data.template / data.chat_template), answers cut off "
-                f"by rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or a reward that cannot match "
-                f"(reward.functions={list(cfg.reward.functions)})"
-            )
-        )
-        message = (
-            f"warning: steps {step + 2 - self.NO_SIGNAL_STEPS}-{step + 1}: every group is degenerate (all "
-            f"{cfg.rollout.group_size} responses of each prompt scored the same), so there is no learning signal. "
-            f"{likely}. Look at the completions (the run's own data, template and reward): "
-            f"hadw eval {self.run_dir} --limit 20 --samples eval_samples.jsonl"
-        )
-        self.no_signal_warning = message
-        with contextlib.suppress(OSError):  # a closed terminal (EIO, before SIGHUP arrives) must not end the run
-            print(message, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self, final: bool = False) -> dict[str, dict[str, float]]:
@@ -886,76 +537,3 @@ class Trainer:
         return TrainResult(self.run_dir, cfg.train.steps, final_eval, self.eval_failure)
 
     # ------------------------------------------------------------------------------------ stopping
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        """SIGINT / SIGTERM / SIGHUP (a closed terminal or ssh session) set a flag; the loop stops after the
-        current step (a second SIGINT abandons it). Only the main thread can install handlers; elsewhere the
-        defaults stay."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-
-        def handler(signum, frame):
-            if self._stop_signal is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self._stop_signal = signum
-            if signum == signal.SIGHUP:
-                detach_from_a_closed_terminal()
-            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
-                print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
-
-        for signum in STOP_SIGNALS:
-            previous[signum] = signal.signal(signum, handler)
-        pending = take_pending_stop()  # a stop asked for during start-up (e.g. an early preemption signal)
-        if pending is not None:
-            self._stop_signal = pending
-        return previous
-
-    @staticmethod
-    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-    def _stop(self, done: int) -> None:
-        self.checkpoint(done)
-        raise self._interrupted(self._stop_signal or signal.SIGINT)
-
-    def _interrupted(self, signum: int) -> Interrupted:
-        last = latest_checkpoint(self.run_dir)
-        import shlex
-
-        if len(sys.argv) > 1 and "hadw" in sys.argv[0] and sys.argv[1] == "train":  # the user's own command line
-            argv = shlex.join(sys.argv[1:])
-            command = f"hadw {argv}" if "--resume" in argv else f"hadw {argv} --resume"
-        else:  # a run started by `hadw demo`, `hadw compare` or Python: its saved config resumes it
-            command = f"hadw train {shlex.quote(str(self.run_dir / 'config.yaml'))} --resume"
-        where = f"last checkpoint {last}" if last else "no checkpoint yet (a resume restarts from step 0)"
-        return Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
-
-    def _save_final_model(self) -> None:
-        """final_model/ is written under a temporary name, fsynced and renamed: never half there."""
-        final, tmp = self.run_dir / "final_model", self.run_dir / f".final_model.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            with disk_full_is_one_line(str(final), self._after_full_disk()):
-                self.model.save_pretrained(tmp)
-                self.tokenizer.save_pretrained(tmp)
-                write_base_record(self.model, tmp)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # a half-written model never stays on a full disk
-            raise
-        replace_dir(tmp, final)
-        fsync_path(self.run_dir)
-        if is_lora(self.model) and self.cfg.model.lora.save_merged:
-            self._save_merged_model(final)
-
-    def _save_merged_model(self, adapter_dir: Path) -> None:
-        """merged_model/: the base with final_model/'s adapter merged in, a normal model folder. Built from the
-        saved files on the CPU, so the training device never holds a second copy of the weights."""
-        merged_dir = self.run_dir / "merged_model"
-        tmp = self.run_dir / f".final_model.tmp-merged{os.getpid()}"  # _clean_leftovers' pattern
-        shutil.rmtree(tmp, ignore_errors=True)
-        merged, tokenizer = load_model(adapter_dir, self.cfg.model.dtype, "cpu")
-        merged.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        replace_dir(tmp, merged_dir)
-        fsync_path(self.run_dir)
