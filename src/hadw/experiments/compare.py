@@ -31,17 +31,17 @@ import numpy as np
 
 from hadw import metrics as M
 from hadw.errors import SignalStop
+from hadw.experiments.config_hash import config_hash, path_free  # noqa: F401  (compare's, as before)
 from hadw.experiments.stats import (
     Interval,
     PairedDifference,
     SequentialVerdict,
     VarianceSplit,
-    eval_sampling_variance,
     interval,
     paired_difference,
     sequential_verdict,
-    variance_split,
 )
+from hadw.experiments.variance import RunLog, split_variance
 from hadw.metrics import METRICS_FILE, SAMPLES_FILE, read_run
 from hadw.processes import STOP_SIGNALS
 
@@ -184,61 +184,6 @@ def _check_same_config(spec: RunSpec, cfg) -> None:
             f"{stored} was written with a different configuration than arm {spec.arm!r} seed {spec.seed} asks for; "
             "use another --out folder or delete that run dir"
         )
-
-
-# ----------------------------------------------------------------------------------------- config hash
-# What a run's config hash leaves out: where the run and its inputs lie on this machine, not what it learns.
-# train.output_dir is the sweep folder + arm label; data.data_dir only where benchmark files are found;
-# train.num_threads is speed only (as _without_threads).
-_NOT_RECIPE = (("train", "output_dir"), ("train", "num_threads"), ("data", "data_dir"))
-_PATH_SETTINGS = (("model", "path"), ("data", "source"), ("data", "eval_source"))
-_SCHEMES = ("task:", "benchmark:", "hf:")
-
-
-def path_free(value: str, root: str | Path | None = None) -> str:
-    """A path setting without this machine's folders: relative to `root` (the sweep folder) when under it, else its
-    last component ("/models/SmolLM2-135M" -> "SmolLM2-135M", "file:/data/x.jsonl" -> "file:x.jsonl"). Names
-    with a scheme (task:, benchmark:, hf:) and Hub ids ("Qwen/Qwen2.5-0.5B": not absolute, no ./ ../ ~, not a path
-    here) are kept as they are."""
-    prefix, rest = ("file:", value[5:]) if value.startswith("file:") else ("", value)
-    if not rest or rest.startswith(_SCHEMES):
-        return value
-    looks_local = os.path.isabs(rest) or rest.startswith(("./", "../", "~")) or Path(rest).exists()
-    if not looks_local:
-        return value
-    path = Path(rest).expanduser()
-    if root is not None:
-        with contextlib.suppress(ValueError, OSError):
-            return prefix + path.resolve().relative_to(Path(root).resolve()).as_posix()
-    return prefix + (path.resolve().name if path.name in ("", ".", "..") else path.name)
-
-
-def config_hash(config: dict | str | Path, root: str | Path | None = None) -> str:
-    """sha256 (hex) of a run's settings in a path-free form, so that one recipe run on two machines (or in two
-    folders) hashes alike and any change of a setting changes it. config: the parsed config.yaml mapping, its
-    text, or its path. Left out: train.output_dir, train.num_threads, data.data_dir (_NOT_RECIPE); model.path,
-    data.source and data.eval_source go through path_free (relative to `root`, the sweep folder, else the last
-    component). (Before issue 40 a raw file's config_sha256 was the sha256 of config.yaml's bytes, absolute
-    paths included; that value is not this one.)"""
-    import hashlib
-
-    if isinstance(config, Path):
-        config = config.read_text(encoding="utf-8")
-    if isinstance(config, str):
-        from hadw.train.config import parse_yaml
-
-        config = parse_yaml(config, "config.yaml")
-    if not isinstance(config, dict):
-        raise ValueError(f"config_hash: expected the mapping of a config.yaml, got a {type(config).__name__}")
-    tree = json.loads(json.dumps(config))  # a deep copy, of plain JSON values
-    for section, name in _NOT_RECIPE:
-        if isinstance(tree.get(section), dict):
-            tree[section].pop(name, None)
-    for section, name in _PATH_SETTINGS:
-        value = tree.get(section, {}).get(name) if isinstance(tree.get(section), dict) else None
-        if isinstance(value, str):
-            tree[section][name] = path_free(value, root)
-    return hashlib.sha256(json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def execute_run(spec: RunSpec) -> dict:
@@ -482,17 +427,6 @@ def discover(out_dir: str | Path) -> tuple[list[str], list[int]]:
 # Collecting and aggregating
 
 
-@dataclass
-class RunLog:
-    arm: str
-    seed: int
-    run_dir: Path
-    final: dict[str, float] | None  # final_eval.json flattened to val/<bucket>/<metric> (None: not finished)
-    steps: list[dict]  # per-step records of metrics.jsonl
-    problems: list[dict] | None = None  # final_eval_problems.jsonl (hadw.metrics.eval_problem_rows); None: none
-    config_hash: str | None = None  # config_hash of its config.yaml (path-free; None: no config.yaml)
-
-
 def collect_runs(out_dir: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, RunLog]]:
     """arm -> seed -> RunLog for every run dir that exists."""
     runs: dict[str, dict[int, RunLog]] = {}
@@ -607,56 +541,6 @@ def aggregate(
         splits = {arm: split_variance(runs, arm, baseline, key, d.seeds, confidence) for arm, d in diffs.items()}
         result.metrics[key] = MetricComparison(key, arms_iv, values, diffs, splits)
     return result
-
-
-def bucket_rows(rows: Sequence[dict], bucket: str) -> list[dict]:
-    """The per-problem rows (final_eval_problems.jsonl) of one summary bucket: "all", "<source>" or
-    "<source>/L<level>"."""
-    if bucket == M.ALL:
-        return list(rows)
-    return [r for r in rows if bucket in (r.get("source"), f"{r.get('source')}/L{r.get('level')}")]
-
-
-def problem_means(log: RunLog, key: str) -> tuple[list, np.ndarray] | str:
-    """(problem ids, [m] per-problem mean scores) of the bucket of final key `key`, or why there are none. Used only
-    when they reproduce the run's final value (their mean = final_eval.json's, to 1e-9): so never for pass@k, nor
-    for a metric the file was not written for (its one evaluation is the final greedy one)."""
-    if log.problems is None:
-        return f"{log.arm} seed {log.seed} has no {M.FINAL_EVAL_PROBLEMS_FILE} (a run made before hadw kept one)"
-    rows = bucket_rows(log.problems, M.split_val_key(key)[0])
-    means = np.array([float(np.mean(r["scores"])) for r in rows])
-    if not rows or abs(means.mean() - log.final[key]) > 1e-9:
-        return f"{log.arm} seed {log.seed}: its per-problem results do not reproduce {key}"
-    ids = [r.get("uid", r.get("index")) for r in rows]
-    return ids, means
-
-
-def split_variance(
-    runs: dict[str, dict[int, RunLog]], arm: str, baseline: str, key: str, seeds: Sequence[int], confidence: float
-) -> VarianceSplit | str:
-    """arm − baseline's paired variance of `key` over `seeds`, split into evaluation sampling (each seed's per-problem
-    results; paired by problem where both arms of the seed scored the same problems) and training (variance_split);
-    or the one-line reason it cannot be."""
-    if len(seeds) < 2:
-        return "fewer than 2 paired seeds"
-    diffs, evs, sizes, paired_all = [], [], [], True
-    for seed in seeds:
-        a, b = problem_means(runs[arm][seed], key), problem_means(runs[baseline][seed], key)
-        for side in (a, b):
-            if isinstance(side, str):
-                return side
-        (ids_a, means_a), (ids_b, means_b) = a, b
-        paired = len(set(ids_a)) == len(ids_a) and sorted(ids_a) == sorted(ids_b)
-        if paired:  # align the baseline's problems to the arm's
-            where = {uid: i for i, uid in enumerate(ids_b)}
-            means_b = means_b[[where[uid] for uid in ids_a]]
-        paired_all &= paired
-        evs.append(eval_sampling_variance(means_a, means_b, paired))
-        diffs.append(runs[arm][seed].final[key] - runs[baseline][seed].final[key])
-        sizes.append((len(ids_a) + len(ids_b)) / 2)
-    if not np.all(np.isfinite(evs)):
-        return "a seed with fewer than 2 held-out problems in this bucket"
-    return variance_split(diffs, evs, float(np.mean(sizes)), paired_all, confidence)
 
 
 def sequential_verdicts(
