@@ -307,3 +307,17 @@ print(round(float(out.advantages[0]), 4))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert float(result.stdout.strip()) > 0  # the correct answer of a hard group keeps a positive advantage
+
+
+MAX_MODULE_LINES = 650  # a module a newcomer reads in one sitting; past it, a part belongs in a module of its own
+
+
+def test_no_module_is_longer_than_a_sitting():
+    """Every src/hadw module fits MAX_MODULE_LINES (the trainer grew to 961 lines before it was split by concern)."""
+    src = Path(__file__).resolve().parents[1] / "src" / "hadw"
+    long = {
+        str(p.relative_to(src)): n
+        for p in src.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
