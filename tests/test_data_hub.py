@@ -62,6 +62,7 @@ def test_train_with_an_uncached_hub_model_offline_exits_2_with_one_line(tmp_path
     args = ["train", "model.path=no-such-org/model-xyz", "train.steps=1", f"train.output_dir={tmp_path / 'run'}"]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]  # stdout: the first line, what it trains
+    assert result.stdout.startswith("hadw train: model no-such-org/model-xyz (real-model recipe")
     assert len(lines) == 1 and lines[0].startswith("model error: load_model: no-such-org/model-xyz: no such folder")
     assert "HF_HUB_OFFLINE=1" in lines[0]

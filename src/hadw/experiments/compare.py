@@ -175,11 +175,11 @@ def _without_threads(config_yaml: str) -> str:
 def _check_same_config(spec: RunSpec, cfg) -> None:
     """A reused or resumed run must have been made with the same config; else the comparison is silently wrong."""
     from hadw.train.config import config_to_yaml
+    from hadw.train.resume import portable
 
     stored = spec.run_dir / "config.yaml"
-    if stored.is_file() and _without_threads(stored.read_text(encoding="utf-8")) != _without_threads(
-        config_to_yaml(cfg)
-    ):
+    expected = config_to_yaml(portable(cfg, Path(cfg.train.output_dir).absolute()))  # as the run wrote it
+    if stored.is_file() and _without_threads(stored.read_text(encoding="utf-8")) != _without_threads(expected):
         raise ValueError(
             f"{stored} was written with a different configuration than arm {spec.arm!r} seed {spec.seed} asks for; "
             "use another --out folder or delete that run dir"

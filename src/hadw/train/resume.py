@@ -39,6 +39,11 @@ def with_paths(cfg: Config, convert) -> Config:
     return cfg
 
 
+def portable(cfg: Config, run_dir: Path) -> Config:
+    """The config as a run in `run_dir` records it (config.yaml, checkpoints): local paths relative to the run."""
+    return with_paths(cfg, lambda value: portable_path(value, run_dir))
+
+
 class ResumeChecks:
     """--resume: which checkpoint, whether its settings may change, the run's paths in their portable form."""
 
@@ -98,7 +103,7 @@ class ResumeChecks:
 
     def portable_config(self) -> Config:
         """The config as the run's files record it: local paths relative to the run folder (RUN_PATH_KEYS)."""
-        return with_paths(self.cfg, lambda value: portable_path(value, self.run_dir))
+        return portable(self.cfg, self.run_dir)
 
     def _check_settings(self, saved: dict, where: Path, accept_changes: bool) -> list[str]:
         """The settings that differ from the saved run's (config_differences); refused unless accepted. Paths are
