@@ -465,6 +465,11 @@ def test_a_rerun_with_other_cpus_per_run_keeps_its_runs(tmp_path):
     (two,) = cmp.plan_runs(None, [arm], [0], tmp_path, TINY, threads_per_run=2)
     one.run_dir.mkdir(parents=True)
     (one.run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, list(one.overrides))))
+    cmp._check_same_config(two, load_config(None, list(two.overrides)))  # no error (a run of an earlier version)
+    from hadw.train.resume import portable
+
+    cfg = load_config(None, list(one.overrides))
+    (one.run_dir / "config.yaml").write_text(config_to_yaml(portable(cfg, one.run_dir.absolute())))  # as runs write
     cmp._check_same_config(two, load_config(None, list(two.overrides)))  # no error
     other = load_config(None, [*two.overrides, "rollout.group_size=4"])
     with pytest.raises(ValueError, match="different configuration"):

@@ -178,8 +178,11 @@ def _check_same_config(spec: RunSpec, cfg) -> None:
     from hadw.train.resume import portable
 
     stored = spec.run_dir / "config.yaml"
-    expected = config_to_yaml(portable(cfg, Path(cfg.train.output_dir).absolute()))  # as the run wrote it
-    if stored.is_file() and _without_threads(stored.read_text(encoding="utf-8")) != _without_threads(expected):
+    # as the run wrote it (paths relative to itself), or as a run of an earlier version did (paths as given)
+    expected = {config_to_yaml(portable(cfg, Path(cfg.train.output_dir).absolute())), config_to_yaml(cfg)}
+    if stored.is_file() and _without_threads(stored.read_text(encoding="utf-8")) not in set(
+        map(_without_threads, expected)
+    ):
         raise ValueError(
             f"{stored} was written with a different configuration than arm {spec.arm!r} seed {spec.seed} asks for; "
             "use another --out folder or delete that run dir"
