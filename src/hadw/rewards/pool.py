@@ -32,6 +32,7 @@ from hadw.processes import RunningClock, die_with_parent
 
 ItemFn = Callable[[str, str], float]
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
+MAX_START_RESTARTS = 3  # workers killed by a signal while starting, replaced within one call
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,12 @@ def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None)
     to stop. Messages out: "ready" after start-up / loading a function, an Outcome per item or call."""
     if parent_pid is not None:
         die_with_parent(parent_pid)
-    # Ctrl-C or a closed terminal signals the whole process group: the trainer stops at a safe point (it finishes
-    # the step, whose rewards run here); a worker that died with it would fail the step's items.
-    for name in ("SIGINT", "SIGHUP"):
+    # Ctrl-C, a closed terminal and `timeout` / a scheduler's kill of the job signal the whole process group: the
+    # trainer stops at a safe point (it finishes the step and the final evaluation, whose rewards run here); a worker
+    # that died with it would fail those items, or break the pipe the trainer sends the next item on (issue 39,
+    # finding 12: the run then ended without its checkpoint). A worker still ends with its trainer (die_with_parent,
+    # SIGKILL) and when the pool closes (close: SIGKILL after 1 s).
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
     if warm_up:
@@ -149,6 +153,17 @@ class VerifierPool:
         worker.kill()
         self.workers[self.workers.index(worker)] = _Worker(self.ctx, self.warm_up)
 
+    def _restart_starting(self, worker: _Worker, restarts: int) -> int:
+        """A worker died while starting or loading a function. Killed by a signal (a kill of the process group
+        before its handlers were set, the OOM killer): replaced, a few times per call; exited by itself (its
+        function's module failed to import): RuntimeError."""
+        worker.process.join(timeout=1.0)
+        code = worker.process.exitcode
+        if code is None or code >= 0 or restarts >= MAX_START_RESTARTS:
+            raise RuntimeError(f"a verifier worker died while starting (exit code {code}); see its stderr")
+        self._replace(worker)
+        return restarts + 1
+
     def map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
         """Run fn(completions[i], answers[i]) for all i across the workers, each within timeout_s seconds
         of being handed to a ready worker (start-up and loading fn do not count). fn must be picklable:
@@ -174,18 +189,22 @@ class VerifierPool:
 
     def _map(self, fn: Callable, kind: str, payloads: list[tuple], timeout_s: float) -> list[Outcome]:
         clock = RunningClock()  # deadlines do not count the time this process was stopped
+        restarts = 0  # workers killed while starting (_restart_starting)
         results: list[Outcome | None] = [None] * len(payloads)
         todo = deque(range(len(payloads)))
         running: dict[_Worker, tuple[int, float]] = {}  # worker -> (item, deadline)
         while todo or running:
-            for worker in self.workers:
+            for worker in list(self.workers):
                 if worker.ready and worker not in running and todo:
-                    if worker.fn is not fn:
-                        worker.load(fn)
+                    try:
+                        if worker.fn is not fn:
+                            worker.load(fn)
+                            continue
+                        worker.conn.send((kind, payloads[todo[0]]))
+                    except OSError:  # it died since its last message (a kill): a fresh one, the item not yet run
+                        self._replace(worker)
                         continue
-                    i = todo.popleft()
-                    worker.conn.send((kind, payloads[i]))
-                    running[worker] = (i, clock() + timeout_s)
+                    running[worker] = (todo.popleft(), clock() + timeout_s)
             waiting = [w for w in self.workers if w in running or not w.ready]
             now = clock()
             waits = [d - now for _, d in running.values()]  # running time (clock)
@@ -197,7 +216,8 @@ class VerifierPool:
                     message = worker.conn.recv()
                 except (EOFError, OSError):  # the worker died (segfault, OOM kill): replace it
                     if not worker.ready:
-                        raise RuntimeError("a verifier worker died while starting; see its stderr") from None
+                        restarts = self._restart_starting(worker, restarts)
+                        continue
                     worker.process.join(timeout=1.0)
                     code = worker.process.exitcode
                     message = Outcome("error", 0.0, f"verifier worker died (exit code {code})", "exit")
