@@ -55,6 +55,7 @@ class DemoSettings:
     # points (addition and sums); 2e-4 and above make GRPO lose accuracy (sums L1-3: +0.04 overall vs +0.14).
     lr: float = 1e-4
     mini_batch_prompts: int = 4  # 4 optimiser steps per rollout batch of 16 prompts
+    overwrite: bool = False  # replace result files in out_dir that hadw demo did not write
 
 
 def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
@@ -257,6 +258,41 @@ def claim_demo_run(run_dir: Path) -> None:
     (run_dir / DEMO_MARKER).write_text("made by hadw demo; the next hadw demo in this folder replaces it\n")
 
 
+# The result files `hadw demo` writes in its --out-dir, recognised as its own by their first bytes (the marker, or
+# how a version before the marker began them); a figure by hadw's mark (or matplotlib's, under this name).
+DEMO_JSON, DEMO_MD, DEMO_PNG = "demo_results.json", "demo_results.md", "demo_curves.png"
+_LEGACY_STARTS = {DEMO_JSON: b'{\n "initial": ', DEMO_MD: b"| level | n | warm start |"}
+
+
+def _owned_result(name: str):
+    from hadw.safe_files import owned_json, owned_markdown
+
+    marked = owned_markdown("demo") if name.endswith(".md") else owned_json("demo")
+    return lambda data: marked(data) or data.startswith(_LEGACY_STARTS[name])
+
+
+def check_demo_outputs(out: Path, overwrite: bool) -> None:
+    """Each result file of the demo may be written (hadw.safe_files.check_output: no link, no special file, no
+    file hadw demo did not write unless overwrite): checked before the warm start and the training, not after."""
+    from hadw.experiments.compare import owned_sweep_figure
+    from hadw.safe_files import check_figure, check_output
+
+    for name in (DEMO_JSON, DEMO_MD):
+        check_output(out / name, f"--out-dir {name}", _owned_result(name), overwrite)
+    check_figure(out / DEMO_PNG, f"--out-dir {DEMO_PNG}", overwrite, owned_sweep_figure)
+
+
+def _write_results(out: Path, summary: dict, table: str, overwrite: bool) -> None:
+    """demo_results.json / .md, each marked as the demo's (what check_demo_outputs recognises)."""
+    from hadw.safe_files import markdown_marker, write_output
+
+    data = {"written_by": "hadw demo", **summary}
+    write_output(out / DEMO_JSON, json.dumps(data, indent=1) + "\n", f"--out-dir {DEMO_JSON}",
+                 _owned_result(DEMO_JSON), overwrite)  # fmt: skip
+    write_output(out / DEMO_MD, markdown_marker("demo") + table + "\n", f"--out-dir {DEMO_MD}",
+                 _owned_result(DEMO_MD), overwrite)  # fmt: skip
+
+
 def run_demo(settings: DemoSettings) -> str:
     from transformers.utils import logging as hf_logging
 
@@ -266,6 +302,7 @@ def run_demo(settings: DemoSettings) -> str:
     torch.set_num_threads(1)
     start = time.perf_counter()
     out = settings.out_dir
+    check_demo_outputs(out, settings.overwrite)  # before minutes of SFT and RL
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"[1/3] warm start: tiny Qwen2 model after SFT on {DEMO_TASK} levels {DEMO_LEVELS} (until greedy accuracy "
@@ -298,10 +335,10 @@ def run_demo(settings: DemoSettings) -> str:
     print("[3/3] greedy accuracy on held-out problems (change vs the warm start):")
     finals = {name: final_eval(run_dir) for name, run_dir in runs.items()}
     table = results_table(initial, finals)
-    plot = plot_runs(runs, out / "demo_curves.png", initial=initial)
+    check_demo_outputs(out, settings.overwrite)  # again: the folder may have changed during the training
+    plot = plot_runs(runs, out / DEMO_PNG, initial=initial)
     summary = {"initial": initial, "final": finals, "seconds": time.perf_counter() - start}
-    (out / "demo_results.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    (out / "demo_results.md").write_text(table + "\n", encoding="utf-8")
+    _write_results(out, summary, table, settings.overwrite)
     print(table)
-    print(f"curves: {plot}   results: {out / 'demo_results.json'}   total {summary['seconds']:.0f} s")
+    print(f"curves: {plot}   results: {out / DEMO_JSON}   total {summary['seconds']:.0f} s")
     return table
