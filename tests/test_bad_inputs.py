@@ -1273,3 +1273,23 @@ def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needle
         assert needle in text, (needle, text)
     assert not (mx["matrix"] / "pwn").exists() and not (mx["matrix"] / "pwned").exists()  # no code ran
     assert (mx["matrix"] / "victim").read_text() == "precious\n"  # no write through a link
+
+
+# Issue 39, finding 5: HADW_VERIFY_WORKERS=0 (or less) left the verifier pool with no worker and every scoring waited
+# forever (a hang of train / eval / probe / compare / demo, nothing printed); a non-number was a traceback.
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "2.5", "100000"])
+def test_a_bad_verifier_worker_count_is_one_line_before_the_work(mx, monkeypatch, record_outcome, request, value):
+    from hadw.rewards.pool import shutdown_pool
+
+    monkeypatch.setenv("HADW_VERIFY_WORKERS", value)
+    shutdown_pool()  # the process-wide pool takes the setting when it (re)starts
+    try:
+        args = ["eval", str(mx["model"]), "-d", "task:sums", "--reward", "math", "--limit", "1", "--no-progress"]
+        result = _invoke_bounded([*args, "--max-new-tokens", "2", "--device", "cpu"])
+    finally:
+        monkeypatch.delenv("HADW_VERIFY_WORKERS")
+        shutdown_pool()
+    outcome = classify(result, "one-line")
+    record_outcome(request.node.name, outcome)
+    assert outcome == "one-line", (outcome, result and result.output)
+    assert f"HADW_VERIFY_WORKERS={value!r}" in result.stderr and "allowed: a whole number from 1" in result.stderr

@@ -38,6 +38,10 @@ COMMAND_EXTRAS = {"train": "train", "sft": "train", "compare": "train", "demo": 
                   "eval": "eval", "probe": "eval", "data": "eval", "sim": "theory", "bias": "theory"}  # fmt: skip
 
 
+# The commands that may score with the verifier pool: its environment setting is checked before they start.
+POOL_COMMANDS = {"train", "compare", "demo", "eval", "probe"}
+
+
 # OS errors a user fixes (a path, a permission, a full disk), shown as one line like a UserError.
 USER_OS_ERRORS = {
     errno.ENOENT,
@@ -70,6 +74,10 @@ def handle_user_errors(fn, command: str | None = None):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            if (command or fn.__name__) in POOL_COMMANDS:  # a bad setting is one line before the work, not a hang
+                from hadw.rewards.pool import default_num_workers
+
+                default_num_workers()
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise

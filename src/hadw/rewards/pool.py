@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from hadw.errors import UserError
 from hadw.processes import RunningClock, die_with_parent
 
 ItemFn = Callable[[str, str], float]
@@ -143,6 +144,8 @@ class VerifierPool:
     """`num_workers` processes; map(fn, completions, answers, timeout_s) -> one Outcome per item."""
 
     def __init__(self, num_workers: int = 2, start_method: str = "spawn", warm_up: bool = True):
+        if not 1 <= num_workers <= MAX_WORKERS:  # no worker: map() would wait forever
+            raise ValueError(f"num_workers={num_workers}: allowed 1 to {MAX_WORKERS}")
         self.ctx = mp.get_context(start_method)
         self.num_workers, self.warm_up = num_workers, warm_up
         self.workers: list[_Worker] = []
@@ -257,9 +260,25 @@ _POOL_OPTIONS: dict = {}
 _POOL_LOCK = threading.Lock()
 
 
+MAX_WORKERS = 256
+
+
 def default_num_workers() -> int:
-    """$HADW_VERIFY_WORKERS, else min(4, CPU count)."""
-    return int(os.environ.get("HADW_VERIFY_WORKERS", min(4, os.cpu_count() or 1)))
+    """$HADW_VERIFY_WORKERS, else min(4, CPU count). A value that is not a whole number from 1 to MAX_WORKERS is a
+    UserError naming it (0 or less left the pool with no worker, and every scoring waited forever)."""
+    raw = os.environ.get("HADW_VERIFY_WORKERS", "").strip()
+    if not raw:
+        return min(4, os.cpu_count() or 1)
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise UserError(
+            f"HADW_VERIFY_WORKERS={raw!r}: the verifier pool's worker processes; allowed: a whole number from 1 to "
+            f"{MAX_WORKERS} (unset: min(4, CPU count))"
+        )
+    return n
 
 
 def configure_pool(num_workers: int | None = None, start_method: str = "spawn") -> None:
