@@ -220,3 +220,13 @@ def test_a_planted_link_in_the_run_folder_is_refused_and_its_target_untouched(ti
             _trainer(tiny_path, run, "train.steps=3", resume=True).train()
         assert isinstance(info.value, LinkError | CheckpointError)
     assert victim.read_text() == "precious\n"
+
+
+def test_a_checkpoint_past_train_steps_is_one_line_not_done(tiny_path, run):
+    """Issue 39, finding 8: a checkpoint at step 2 resumed with train.steps=1 ended "done" (rc 0) without a step:
+    one line naming the step and what train.steps must be."""
+    with pytest.raises(
+        RunDirError, match=r"checkpoint-000002 is at step 2, past train.steps=1; allowed: train.steps >= 2"
+    ):
+        _trainer(tiny_path, run, "train.steps=1", resume=True)
+    assert _checkpoints(run) == ["checkpoint-000001", "checkpoint-000002"]

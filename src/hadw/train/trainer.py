@@ -296,8 +296,13 @@ class Trainer:
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
         then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
-        diffs = self._check_settings(saved, checkpoint, accept_changes)
+        state_json = read_state_json(checkpoint)  # its fields checked first (CheckpointError)
+        if state_json["step"] > self.cfg.train.steps:  # else the loop never runs and the run ends "done" (issue 39)
+            raise RunDirError(
+                f"--resume: {checkpoint} is at step {state_json['step']}, past train.steps={self.cfg.train.steps}; "
+                f"allowed: train.steps >= {state_json['step']} to go on from it"
+            )
+        diffs = self._check_settings(state_json["config"], checkpoint, accept_changes)
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
