@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,14 +129,12 @@ def warm_start(
         digest = record["files"][W.WEIGHTS][:12]
         log(f"reusing warm start in {model_dir} (built here for this request; sha256 {digest})")
         return model_dir
-    if model_dir.exists() or model_dir.is_symlink():
-        if not (model_dir / W.RECORD).is_file() or model_dir.is_symlink():
-            raise W.WarmStartError(
-                f"{model_dir} exists and hadw did not build it (no {W.RECORD}); move it away or pick another --out-dir"
-            )
+    _check_ours(model_dir)
+    if model_dir.exists():
         log(f"rebuilding the warm start in {model_dir}: it was built for another request")
     torch.manual_seed(seed)
-    model, tokenizer = load_model(build_tiny_model(out_dir / "random_init", seed=seed, **(model_shape or {})))
+    with tempfile.TemporaryDirectory(prefix="hadw-random-init-") as scratch:  # never a folder of out_dir's
+        model, tokenizer = load_model(build_tiny_model(Path(scratch) / "model", seed=seed, **(model_shape or {})))
     cfg = SFTConfig(
         task=DEMO_TASK,
         levels=levels,
@@ -149,9 +148,13 @@ def warm_start(
     result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)), progress="auto")
     level_accuracy = {k.removeprefix("sft/acc_"): v for k, v in result.history[-1].items() if k.startswith("sft/acc_")}
     tmp = out_dir / ".warm_start.tmp"
-    for stale in (tmp, model_dir):  # both ours: the temporary name, and a start with our record (checked above)
-        if stale.exists():
-            shutil.rmtree(stale)
+    if tmp.is_symlink():  # a planted link: removed itself, never its target
+        tmp.unlink()
+    elif tmp.exists():  # ours: the temporary name of a build that stopped
+        shutil.rmtree(tmp)
+    _check_ours(model_dir)  # again: SFT took minutes, and the folder may have changed meanwhile
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     result_record = {"steps": result.steps, "accuracy": result.accuracy, "level_accuracy": level_accuracy}
@@ -163,6 +166,18 @@ def warm_start(
     )
     W.check_floor(level_accuracy, TINY_WARM_START_LEVEL_FLOOR, f"warm start {model_dir}", hint)
     return model_dir
+
+
+def _check_ours(model_dir: Path) -> None:
+    """WarmStartError unless `model_dir` is absent or exactly a warm start hadw built (warm_starts.built_here): a
+    folder of the user's, with a record copied in or anything added, is never replaced or removed."""
+    from hadw.train import warm_starts as W
+
+    if (model_dir.exists() or model_dir.is_symlink()) and not W.built_here(model_dir):
+        raise W.WarmStartError(
+            f"{model_dir} exists and hadw did not build it (a link, no {W.RECORD}, or files its record does not "
+            "list); move it away or pick another --out-dir"
+        )
 
 
 def demo_warm_start(settings: DemoSettings, out: Path) -> Path:

@@ -129,6 +129,23 @@ def write_record(folder: Path, request: dict, result: dict) -> None:
     atomic_write_text(folder / RECORD, json.dumps(record, indent=1) + "\n")
 
 
+def built_here(folder: Path) -> bool:
+    """True when `folder` holds exactly a warm start hadw built: its record and the files the record lists, unchanged,
+    and nothing else (no link, no subfolder, no other file). Only such a folder may be replaced; a user's folder
+    with a record copied in, or with anything added to it, is not hadw's to remove (issue 39, finding 6)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    path = folder / RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and not path.is_symlink() else None
+    except (OSError, ValueError):
+        return False
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return False
+    return {p.name for p in folder.iterdir()} == {*files, RECORD} and sha256_files(folder) == files
+
+
 def reusable(folder: Path, request: dict) -> dict | None:
     """The record of a warm start in `folder` if it was built for exactly `request` and its files are unchanged,
     else None (a folder that merely exists is never reused)."""
