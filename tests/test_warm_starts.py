@@ -205,3 +205,40 @@ def test_built_here_is_exactly_what_the_record_lists(tmp_path):
     assert W.built_here(folder)
     (folder / "notes.md").write_text("mine")
     assert not W.built_here(folder)
+
+
+@pytest.mark.parametrize("planted", ["linked_added_tokens", "subfolder", "record"])
+def test_a_shipped_start_with_a_link_a_subfolder_or_any_other_entry_is_refused(tmp_path, monkeypatch, planted):
+    """Issue 39, finding 7: the check hashed regular files only, so a symlinked extra added_tokens.json (which changed
+    the tokenizer) or a subfolder passed."""
+    shipped = tmp_path / "warm_starts"
+    shutil.copytree(W.SHIPPED_DIR, shipped)
+    monkeypatch.setattr(W, "SHIPPED_DIR", shipped)
+    folder = shipped / W.DEMO_WARM_START
+    if planted == "linked_added_tokens":
+        (tmp_path / "tokens.json").write_text('{"<extra>": 9999}')
+        (folder / "added_tokens.json").symlink_to(tmp_path / "tokens.json")
+    elif planted == "subfolder":
+        (folder / "sub").mkdir()
+    else:
+        (folder / W.RECORD).write_text("{}")
+    with pytest.raises(W.WarmStartError, match="should not"):
+        W.resolve(W.DEMO_WARM_START)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "{not json",
+        '{"warm_starts": [{"name": "x", "levels": [1], "unknown_key": 1}]}',
+        '{"starts": []}',
+        '{"warm_starts": [7]}',
+    ],
+    ids=["not_json", "unknown_key", "no_list", "entry_not_an_object"],
+)
+def test_a_malformed_manifest_is_one_line_naming_it(tmp_path, monkeypatch, manifest):
+    path = tmp_path / "manifest.json"
+    path.write_text(manifest)
+    monkeypatch.setattr(W, "MANIFEST", path)
+    with pytest.raises(W.WarmStartError, match="manifest.json: not a usable warm-start manifest"):
+        W.get(W.DEMO_WARM_START)
