@@ -623,6 +623,8 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     _write(d / "p_no_step" / "metrics.jsonl", '{"reward": 1}\n{"loss": "x"}\n')
     m["p_strings"] = d / "p_strings"
     _write(d / "p_strings" / "metrics.jsonl", '{"step": "one", "val/all/greedy": "high"}\n')
+    m["p_huge_step"] = d / "p_huge_step"  # issue 39: a 400-digit step was a traceback of the figure
+    _write(d / "p_huge_step" / "metrics.jsonl", '{"step": ' + "9" * 400 + ', "critic/score/mean": 0.5}\n')
     m["p_array"] = d / "p_array"
     _write(d / "p_array" / "metrics.jsonl", "[1, 2]\n[3]\n")
     m["p_binary"] = d / "p_binary"
@@ -1178,6 +1180,16 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "one-line",
     ),
     ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
+    # --- issue 39: --cpus-per-run nan was a traceback, 1e9 was blamed on train.num_threads
+    *[
+        (
+            f"compare_cpus_per_run_{v}",
+            ["compare", "-a", "g:", "--seeds", "0", "--cpus-per-run", v, "-o", "{dir}/c10"],
+            ["--cpus-per-run", shown, "allowed: a number > 0 and at most 4096"],
+            "one-line",
+        )
+        for v, shown in (("nan", "nan"), ("inf", "inf"), ("1e9", "1000000000.0"), ("-1", "-1"))
+    ],
     # --- sim
     ("sim_steps_negative", ["sim", "--steps", "-1"], ["--steps"], "one-line"),
     ("sim_group_size_1", ["sim", "--group-size", "1"], ["--group-size"], "one-line"),
@@ -1218,6 +1230,19 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
     ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
     ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"], "one-line"),
+    # --- issue 39: a step no float holds, and an --out that is no figure format (both tracebacks)
+    (
+        "plot_step_400_digits",
+        ["plot", "{p_huge_step}", "--out", "{dir}/p5.png"],
+        ["metrics.jsonl:1", "'step'"],
+        "one-line",
+    ),
+    (
+        "plot_out_jsonl",
+        ["plot", "{base_run}", "--out", "{dir}/x.jsonl"],
+        ["--out", "'.jsonl'", "allowed: .png"],
+        "one-line",
+    ),
     (
         "eval_json_below_a_file",
         ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json", "{model_file}/out.json"],

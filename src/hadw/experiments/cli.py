@@ -202,6 +202,12 @@ def compare_cmd(
         raise typer.BadParameter(f"{launcher!r}; allowed: local, ray, slurm", param_hint="'--launcher'")
     check_range("--max-parallel", max_parallel, 1, 100_000)
     _check_jobs(jobs, launcher, ray_address)
+    if not 0 < cpus_per_run <= MAX_CPUS_PER_RUN:  # nan fails too (a traceback); 1e9 was blamed on train.num_threads
+        raise typer.BadParameter(
+            f"{cpus_per_run}; allowed: a number > 0 and at most {MAX_CPUS_PER_RUN} (each run uses that many torch "
+            "threads; a fraction gives 1)",
+            param_hint="'--cpus-per-run'",
+        )
     threads = max(1, int(cpus_per_run))  # --cpus-per-run CPUs -> that many torch threads per run
     launch_options = None
     if launcher != "local" and not collect_only:
@@ -413,6 +419,9 @@ def _set_launch_extras(options, max_parallel: int | None, signal_lead_s: int, th
     if max_parallel is not None:
         options.parallel = max_parallel
     options.__post_init__()  # the time limit against the new signal lead: one line, exit 2
+
+
+MAX_CPUS_PER_RUN = 4096  # train.num_threads' limit (hadw.train.config_checks): --cpus-per-run becomes it
 
 
 def _print_dry_run(specs, launcher: str, options, out: Path, workers: int) -> None:
