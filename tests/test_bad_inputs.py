@@ -490,6 +490,10 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["empty_prompts.jsonl"] = _write(
         d / "empty_prompts.jsonl", "".join(json.dumps({"problem": " ", "answer": str(i)}) + "\n" for i in range(8))
     )
+    # issue 39: a lone surrogate (a traceback of the tokenizer) and an answer of more digits than a float holds
+    # (changed without a word: 12345678901234567890.5 became 1.2345678901234567e+19)
+    m["surrogate.jsonl"] = _write(d / "surrogate.jsonl", '{"problem": "1+1 \\ud800", "answer": "2"}\n' * 4)
+    m["big_float.jsonl"] = _write(d / "big_float.jsonl", '{"problem": "1+1", "answer": 12345678901234567890.5}\n' * 4)
     m["nan_level.jsonl"] = _write(d / "nan_level.jsonl", '{"problem": "1+1", "answer": "2", "level": NaN}\n' * 4)
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
@@ -687,6 +691,25 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ),
     ("W_fifo_data_source", T("data.source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     ("W_deep_json_row", T("data.source={deep.jsonl}"), ["deep.jsonl:1", "nested too deeply"], "one-line"),
+    (
+        "train_prompt_lone_surrogate",
+        T("data.source={surrogate.jsonl}"),
+        ["surrogate.jsonl:1", "lone surrogate"],
+        "one-line",
+    ),
+    ("train_answer_20_digits", T("data.source={big_float.jsonl}"), ["big_float.jsonl:1", "more digits"], "one-line"),
+    (
+        "eval_prompt_lone_surrogate",
+        ["eval", "{model}", "-d", "{surrogate.jsonl}", "--max-new-tokens", "2"],
+        ["surrogate.jsonl:1", "lone surrogate"],
+        "one-line",
+    ),
+    (
+        "eval_answer_20_digits",
+        ["eval", "{model}", "-d", "{big_float.jsonl}", "--max-new-tokens", "2"],
+        ["big_float.jsonl:1", "more digits", "as a JSON string"],
+        "one-line",
+    ),
     ("W_all_prompts_empty", T("data.source={empty_prompts.jsonl}"), ["empty_prompts.jsonl", "empty"], "one-line"),
     (
         "W_nan_level",

@@ -16,6 +16,7 @@ from hadw.data.layouts import (
     FieldError,
     FieldMap,
     Layout,
+    SourceFloat,
     check_answers,
     detect_layout,
     get_layout,
@@ -68,7 +69,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys)
+                # floats keep their text: an answer of more digits than a float holds is refused, not changed
+                row = json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys, parse_float=SourceFloat)
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
             except _DuplicateKey as e:
