@@ -153,7 +153,17 @@ def _usage_error_line(err: typer.TyperException) -> str | None:
     return f"error: {command}: {' '.join(err.format_message().split())} (see {command} --help)"
 
 
+def _writable_in_any_encoding() -> None:
+    """stdout / stderr in an encoding that cannot write hadw's text (PYTHONIOENCODING=ascii, a C locale): a
+    character it lacks (×, −, Â, —) is replaced instead of ending the command with a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # replaced (tests) or closed streams
+            if "\u2212×Â—".encode(stream.encoding, errors="ignore").decode(stream.encoding) != "\u2212×Â—":
+                stream.reconfigure(errors="replace")
+
+
 def main() -> None:
+    _writable_in_any_encoding()
     debug = os.environ.get("HADW_DEBUG") == "1"
     try:
         code = build_app()(standalone_mode=False)

@@ -79,7 +79,7 @@ def _number_answer(value: Any) -> str:
     if isinstance(value, float) and not _digits_kept(value):
         raise FieldError(
             f"the answer {value.text[:60]} has more digits than a number holds (it reads as {float(value)!r}); "  # type: ignore[attr-defined]
-            "allowed: write it as a JSON string, e.g. \"12345678901234567890.5\", to keep every digit"
+            'allowed: write it as a JSON string, e.g. "12345678901234567890.5", to keep every digit'
         )
     return number_string(value)
 
