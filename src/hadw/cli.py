@@ -156,9 +156,11 @@ def _usage_error_line(err: typer.TyperException) -> str | None:
 def _writable_in_any_encoding() -> None:
     """stdout / stderr in an encoding that cannot write hadw's text (PYTHONIOENCODING=ascii, a C locale): a
     character it lacks (×, −, Â, —) is replaced instead of ending the command with a UnicodeEncodeError traceback."""
+    sample = "\u2212×Â—"
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, ValueError, OSError):  # replaced (tests) or closed streams
-            if "\u2212×Â—".encode(stream.encoding, errors="ignore").decode(stream.encoding) != "\u2212×Â—":
+        encoding = getattr(stream, "encoding", None)
+        with contextlib.suppress(AttributeError, LookupError, TypeError, ValueError, OSError):  # a replaced stream
+            if encoding and sample.encode(encoding, errors="ignore").decode(encoding) != sample:
                 stream.reconfigure(errors="replace")
 
 
