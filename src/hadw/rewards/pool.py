@@ -36,10 +36,18 @@ STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
 MAX_START_RESTARTS = 3  # workers killed by a signal while starting, replaced within one call
 
 
+class WorkerLoadError(UserError):
+    """A function the pool was given could not be loaded in a worker (its module fails to import there)."""
+
+
+def _name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)!s}"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """status: "ok" (value is the score; `result` what a `call` returned), "error" (the function raised;
-    message says what), "timeout", or "fatal" (a worker could not load the function; raised as RuntimeError,
+    message says what), "timeout", or "fatal" (a worker could not load the function; raised as WorkerLoadError,
     never returned)."""
 
     status: str
@@ -229,7 +237,11 @@ class VerifierPool:
                     worker.ready = True
                     continue
                 if message.status == "fatal":
-                    raise RuntimeError(f"a verifier worker could not load {fn!r}: {message.message}")
+                    raise WorkerLoadError(
+                        f"the verifier pool could not load {_name(fn)} in its worker process ({message.message}); a "
+                        "reward that runs there is imported again in a fresh process, so its module must import "
+                        "there too (on sys.path, without state only the trainer's process has)"
+                    )
                 i, _ = running.pop(worker)
                 results[i] = message
             now = clock()
