@@ -494,6 +494,9 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     # (changed without a word: 12345678901234567890.5 became 1.2345678901234567e+19)
     m["surrogate.jsonl"] = _write(d / "surrogate.jsonl", '{"problem": "1+1 \\ud800", "answer": "2"}\n' * 4)
     m["big_float.jsonl"] = _write(d / "big_float.jsonl", '{"problem": "1+1", "answer": 12345678901234567890.5}\n' * 4)
+    m["script_dataset"] = d / "script_dataset"  # issue 39: a loading script was datasets' RuntimeError traceback
+    _write(d / "script_dataset" / "script_dataset.py", f"open({str(d / 'pwned')!r}, 'w').write('ran')\n")
+    _write(d / "script_dataset" / "train.jsonl", '{"problem": "1+1", "answer": "2"}\n')
     m["nan_level.jsonl"] = _write(d / "nan_level.jsonl", '{"problem": "1+1", "answer": "2", "level": NaN}\n' * 4)
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
@@ -691,6 +694,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ),
     ("W_fifo_data_source", T("data.source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     ("W_deep_json_row", T("data.source={deep.jsonl}"), ["deep.jsonl:1", "nested too deeply"], "one-line"),
+    ("train_data_loading_script", T("data.source={script_dataset}"), ["script_dataset.py", "code"], "one-line"),
+    (
+        "eval_data_loading_script",
+        ["eval", "{model}", "-d", "{script_dataset}", "--max-new-tokens", "2"],
+        ["script_dataset.py", "never runs one"],
+        "one-line",
+    ),
     (
         "train_prompt_lone_surrogate",
         T("data.source={surrogate.jsonl}"),
