@@ -231,8 +231,16 @@ class DiskFullError(UserError):
 
 
 # How a full disk shows in the errors of the writers hadw calls: OSError (ENOSPC / EDQUOT), safetensors
-# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file").
-_FULL_DISK_SIGNS = ("No space left on device", "StorageFull", "code: 28", "Disk quota exceeded", "file write failed")
+# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file", or,
+# torch 2.13 on a full file system, its check of the bytes written: "inline_container.cc:672] . unexpected pos").
+_FULL_DISK_SIGNS = (
+    "No space left on device",
+    "StorageFull",
+    "code: 28",
+    "Disk quota exceeded",
+    "file write failed",
+    "] . unexpected pos",
+)
 
 
 def is_disk_full(err: BaseException) -> bool:
