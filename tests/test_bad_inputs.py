@@ -841,6 +841,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("W_plot_hand_edited_metrics", ["plot", "{p_no_step}", "--out", "{dir}/p.png"], ["metrics.jsonl"], "one-line"),
     # --- config: overrides
     ("steps_negative", ["train", "train.steps=-1"], ["train.steps=-1"], "one-line"),
+    # issue 39: a greedy rollout gives G identical responses; a short run ended "done" without a word
+    (
+        "rollout_temperature_zero",
+        ["train", "{BASE}", "rollout.temperature=0"],
+        ["rollout.temperature=0", "no learning signal"],
+        "one-line",
+    ),
     ("prompts_per_step_zero", ["train", "train.prompts_per_step=0"], ["train.prompts_per_step=0"], "one-line"),
     ("top_p_zero", ["train", "rollout.top_p=0"], ["rollout.top_p=0"], "one-line"),
     ("top_p_nan", ["train", "rollout.top_p=nan"], ["rollout.top_p=nan"], "one-line"),
