@@ -1360,3 +1360,19 @@ def test_a_bad_verifier_worker_count_is_one_line_before_the_work(mx, monkeypatch
     record_outcome(request.node.name, outcome)
     assert outcome == "one-line", (outcome, result and result.output)
     assert f"HADW_VERIFY_WORKERS={value!r}" in result.stderr and "allowed: a whole number from 1" in result.stderr
+
+
+def test_a_yaml_merge_key_is_yaml(tmp_path):
+    """Issue 39, finding 10: `<<: *base` (a valid YAML merge key) was refused with advice about quoting values. It
+    merges: the mapping gets base's keys and its own override them; a key given twice by hand is still refused."""
+    from hadw.train.config import ConfigError, load_config
+    from hadw.train.config_yaml import parse_yaml
+
+    text = "base: &b\n  steps: 3\n  seed: 4\ntrain:\n  <<: *b\n  seed: 1\n"
+    assert parse_yaml(text, "c.yaml") == {"base": {"steps": 3, "seed": 4}, "train": {"steps": 3, "seed": 1}}
+    with pytest.raises(ConfigError, match="c.yaml:7: duplicate key 'seed' \\(first at line 6\\)"):
+        parse_yaml(text + "  seed: 2\n", "c.yaml")
+    path = tmp_path / "merge.yaml"  # in a config file: the merged section is read like any other
+    path.write_text("rollout:\n  <<: {group_size: 4, max_new_tokens: 8}\n  max_new_tokens: 9\n")
+    cfg = load_config(path, [])
+    assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (4, 9)

@@ -60,7 +60,14 @@ from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recip
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.prompts import PromptSource
-from hadw.train.run_dir import RunDirError, claim_run_dir, config_differences, holds_run, saved_config
+from hadw.train.run_dir import (
+    RunDirError,
+    check_trained_parameters_kept,
+    claim_run_dir,
+    config_differences,
+    holds_run,
+    saved_config,
+)
 
 REWARD_ERRORS_FILE = "reward_errors.jsonl"  # each reward's first failed item (kind, message, row)
 
@@ -303,6 +310,7 @@ class Trainer:
                 f"allowed: train.steps >= {state_json['step']} to go on from it"
             )
         diffs = self._check_settings(state_json["config"], checkpoint, accept_changes)
+        check_trained_parameters_kept(diffs, checkpoint)  # before loading blames the checkpoint (issue 39)
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]
