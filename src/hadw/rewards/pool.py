@@ -164,6 +164,20 @@ class VerifierPool:
         worker.kill()
         self.workers[self.workers.index(worker)] = _Worker(self.ctx, self.warm_up)
 
+    def _hand_out(self, worker: _Worker, fn: Callable, kind: str, payload: tuple) -> bool:
+        """Send `payload` to a ready, idle worker (True), or first `fn` when it holds another function (False: it
+        answers "ready" once loaded). A worker found dead at the send (a kill since its last message: the pipe is
+        broken) is replaced and the item waits for another (False); a BrokenPipeError must not end the trainer."""
+        try:
+            if worker.fn is not fn:
+                worker.load(fn)
+                return False
+            worker.conn.send((kind, payload))
+        except OSError:
+            self._replace(worker)
+            return False
+        return True
+
     def _restart_starting(self, worker: _Worker, restarts: int) -> int:
         """A worker died while starting or loading a function. Killed by a signal (a kill of the process group
         before its handlers were set, the OOM killer): replaced, a few times per call; exited by itself (its
@@ -205,16 +219,8 @@ class VerifierPool:
         todo = deque(range(len(payloads)))
         running: dict[_Worker, tuple[int, float]] = {}  # worker -> (item, deadline)
         while todo or running:
-            for worker in list(self.workers):
-                if worker.ready and worker not in running and todo:
-                    try:
-                        if worker.fn is not fn:
-                            worker.load(fn)
-                            continue
-                        worker.conn.send((kind, payloads[todo[0]]))
-                    except OSError:  # it died since its last message (a kill): a fresh one, the item not yet run
-                        self._replace(worker)
-                        continue
+            for worker in [w for w in self.workers if w.ready and w not in running]:
+                if todo and self._hand_out(worker, fn, kind, payloads[todo[0]]):
                     running[worker] = (todo.popleft(), clock() + timeout_s)
             waiting = [w for w in self.workers if w in running or not w.ready]
             now = clock()
