@@ -42,6 +42,16 @@ TINY_COMPARE_RECIPE = [
     "checkpoint.every=1",
 ]
 
+
+@pytest.fixture(autouse=True)
+def _in_a_scratch_folder(tmp_path_factory, monkeypatch):
+    """Every test starts in a folder of its own, never the repository root: a command that writes into the working
+    directory (a run folder, a figure, a lock) then cannot leave files in the clone or see another test's
+    (issue 39, finding 11: `my run/.lock` was left in the repository root). A folder apart from tmp_path, so that
+    tests that check tmp_path holds nothing are unaffected."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 BAD_INPUT_OUTCOMES = pytest.StashKey[dict]()
 OUTCOME_ORDER = ("one-line", "accepted", "traceback", "silent", "hang", "other")
 

@@ -255,8 +255,10 @@ class SafetensorError(Exception):
                      "file write failed"),  # torch.save
         SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
                         'on device" })'),  # safetensors
+        # issue 39: what torch 2.13's torch.save raised on a real full file system (a 64 KiB tmpfs): a short write
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
     ],
-    ids=["torch_save", "safetensors"],
+    ids=["torch_save", "safetensors", "torch_save_short_write"],
 )  # fmt: skip
 def test_a_full_disk_while_checkpointing_is_one_line(files, tmp_path, monkeypatch, error):
     """Issue 35: a full disk during a checkpoint printed an 85-109-line traceback (the writers do not raise OSError)."""
@@ -490,6 +492,13 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["empty_prompts.jsonl"] = _write(
         d / "empty_prompts.jsonl", "".join(json.dumps({"problem": " ", "answer": str(i)}) + "\n" for i in range(8))
     )
+    # issue 39: a lone surrogate (a traceback of the tokenizer) and an answer of more digits than a float holds
+    # (changed without a word: 12345678901234567890.5 became 1.2345678901234567e+19)
+    m["surrogate.jsonl"] = _write(d / "surrogate.jsonl", '{"problem": "1+1 \\ud800", "answer": "2"}\n' * 4)
+    m["big_float.jsonl"] = _write(d / "big_float.jsonl", '{"problem": "1+1", "answer": 12345678901234567890.5}\n' * 4)
+    m["script_dataset"] = d / "script_dataset"  # issue 39: a loading script was datasets' RuntimeError traceback
+    _write(d / "script_dataset" / "script_dataset.py", f"open({str(d / 'pwned')!r}, 'w').write('ran')\n")
+    _write(d / "script_dataset" / "train.jsonl", '{"problem": "1+1", "answer": "2"}\n')
     m["nan_level.jsonl"] = _write(d / "nan_level.jsonl", '{"problem": "1+1", "answer": "2", "level": NaN}\n' * 4)
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
@@ -623,6 +632,8 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     _write(d / "p_no_step" / "metrics.jsonl", '{"reward": 1}\n{"loss": "x"}\n')
     m["p_strings"] = d / "p_strings"
     _write(d / "p_strings" / "metrics.jsonl", '{"step": "one", "val/all/greedy": "high"}\n')
+    m["p_huge_step"] = d / "p_huge_step"  # issue 39: a 400-digit step was a traceback of the figure
+    _write(d / "p_huge_step" / "metrics.jsonl", '{"step": ' + "9" * 400 + ', "critic/score/mean": 0.5}\n')
     m["p_array"] = d / "p_array"
     _write(d / "p_array" / "metrics.jsonl", "[1, 2]\n[3]\n")
     m["p_binary"] = d / "p_binary"
@@ -685,6 +696,32 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ),
     ("W_fifo_data_source", T("data.source={fifo.jsonl}"), ["fifo.jsonl", "not a regular file"], "one-line"),
     ("W_deep_json_row", T("data.source={deep.jsonl}"), ["deep.jsonl:1", "nested too deeply"], "one-line"),
+    ("train_data_loading_script", T("data.source={script_dataset}"), ["script_dataset.py", "code"], "one-line"),
+    (
+        "eval_data_loading_script",
+        ["eval", "{model}", "-d", "{script_dataset}", "--max-new-tokens", "2"],
+        ["script_dataset.py", "never runs one"],
+        "one-line",
+    ),
+    (
+        "train_prompt_lone_surrogate",
+        T("data.source={surrogate.jsonl}"),
+        ["surrogate.jsonl:1", "lone surrogate"],
+        "one-line",
+    ),
+    ("train_answer_20_digits", T("data.source={big_float.jsonl}"), ["big_float.jsonl:1", "more digits"], "one-line"),
+    (
+        "eval_prompt_lone_surrogate",
+        ["eval", "{model}", "-d", "{surrogate.jsonl}", "--max-new-tokens", "2"],
+        ["surrogate.jsonl:1", "lone surrogate"],
+        "one-line",
+    ),
+    (
+        "eval_answer_20_digits",
+        ["eval", "{model}", "-d", "{big_float.jsonl}", "--max-new-tokens", "2"],
+        ["big_float.jsonl:1", "more digits", "as a JSON string"],
+        "one-line",
+    ),
     ("W_all_prompts_empty", T("data.source={empty_prompts.jsonl}"), ["empty_prompts.jsonl", "empty"], "one-line"),
     (
         "W_nan_level",
@@ -804,6 +841,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("W_plot_hand_edited_metrics", ["plot", "{p_no_step}", "--out", "{dir}/p.png"], ["metrics.jsonl"], "one-line"),
     # --- config: overrides
     ("steps_negative", ["train", "train.steps=-1"], ["train.steps=-1"], "one-line"),
+    # issue 39: a greedy rollout gives G identical responses; a short run ended "done" without a word
+    (
+        "rollout_temperature_zero",
+        ["train", "{BASE}", "rollout.temperature=0"],
+        ["rollout.temperature=0", "no learning signal"],
+        "one-line",
+    ),
     ("prompts_per_step_zero", ["train", "train.prompts_per_step=0"], ["train.prompts_per_step=0"], "one-line"),
     ("top_p_zero", ["train", "rollout.top_p=0"], ["rollout.top_p=0"], "one-line"),
     ("top_p_nan", ["train", "rollout.top_p=nan"], ["rollout.top_p=nan"], "one-line"),
@@ -1191,6 +1235,16 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "one-line",
     ),
     ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
+    # --- issue 39: --cpus-per-run nan was a traceback, 1e9 was blamed on train.num_threads
+    *[
+        (
+            f"compare_cpus_per_run_{v}",
+            ["compare", "-a", "g:", "--seeds", "0", "--cpus-per-run", v, "-o", "{dir}/c10"],
+            ["--cpus-per-run", shown, "allowed: a number > 0 and at most 4096"],
+            "one-line",
+        )
+        for v, shown in (("nan", "nan"), ("inf", "inf"), ("1e9", "1000000000.0"), ("-1", "-1"))
+    ],
     # --- sim
     ("sim_steps_negative", ["sim", "--steps", "-1"], ["--steps"], "one-line"),
     ("sim_group_size_1", ["sim", "--group-size", "1"], ["--group-size"], "one-line"),
@@ -1231,6 +1285,19 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
     ("plot_rows_arrays", ["plot", "{p_array}", "--out", "{dir}/p3.png"], ["metrics.jsonl"], "one-line"),
     ("plot_binary", ["plot", "{p_binary}", "--out", "{dir}/p4.png"], ["metrics.jsonl"], "one-line"),
     ("plot_out_below_a_file", ["plot", "{base_run}", "--out", "{model_file}/curves.png"], ["model_file"], "one-line"),
+    # --- issue 39: a step no float holds, and an --out that is no figure format (both tracebacks)
+    (
+        "plot_step_400_digits",
+        ["plot", "{p_huge_step}", "--out", "{dir}/p5.png"],
+        ["metrics.jsonl:1", "'step'"],
+        "one-line",
+    ),
+    (
+        "plot_out_jsonl",
+        ["plot", "{base_run}", "--out", "{dir}/x.jsonl"],
+        ["--out", "'.jsonl'", "allowed: .png"],
+        "one-line",
+    ),
     (
         "eval_json_below_a_file",
         ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--json", "{model_file}/out.json"],
@@ -1286,3 +1353,39 @@ def test_matrix(mx, tmp_path, monkeypatch, record_outcome, request, args, needle
         assert needle in text, (needle, text)
     assert not (mx["matrix"] / "pwn").exists() and not (mx["matrix"] / "pwned").exists()  # no code ran
     assert (mx["matrix"] / "victim").read_text() == "precious\n"  # no write through a link
+
+
+# Issue 39, finding 5: HADW_VERIFY_WORKERS=0 (or less) left the verifier pool with no worker and every scoring waited
+# forever (a hang of train / eval / probe / compare / demo, nothing printed); a non-number was a traceback.
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "2.5", "100000"])
+def test_a_bad_verifier_worker_count_is_one_line_before_the_work(mx, monkeypatch, record_outcome, request, value):
+    from hadw.rewards.pool import shutdown_pool
+
+    monkeypatch.setenv("HADW_VERIFY_WORKERS", value)
+    shutdown_pool()  # the process-wide pool takes the setting when it (re)starts
+    try:
+        args = ["eval", str(mx["model"]), "-d", "task:sums", "--reward", "math", "--limit", "1", "--no-progress"]
+        result = _invoke_bounded([*args, "--max-new-tokens", "2", "--device", "cpu"])
+    finally:
+        monkeypatch.delenv("HADW_VERIFY_WORKERS")
+        shutdown_pool()
+    outcome = classify(result, "one-line")
+    record_outcome(request.node.name, outcome)
+    assert outcome == "one-line", (outcome, result and result.output)
+    assert f"HADW_VERIFY_WORKERS={value!r}" in result.stderr and "allowed: a whole number from 1" in result.stderr
+
+
+def test_a_yaml_merge_key_is_yaml(tmp_path):
+    """Issue 39, finding 10: `<<: *base` (a valid YAML merge key) was refused with advice about quoting values. It
+    merges: the mapping gets base's keys and its own override them; a key given twice by hand is still refused."""
+    from hadw.train.config import ConfigError, load_config
+    from hadw.train.config_yaml import parse_yaml
+
+    text = "base: &b\n  steps: 3\n  seed: 4\ntrain:\n  <<: *b\n  seed: 1\n"
+    assert parse_yaml(text, "c.yaml") == {"base": {"steps": 3, "seed": 4}, "train": {"steps": 3, "seed": 1}}
+    with pytest.raises(ConfigError, match="c.yaml:7: duplicate key 'seed' \\(first at line 6\\)"):
+        parse_yaml(text + "  seed: 2\n", "c.yaml")
+    path = tmp_path / "merge.yaml"  # in a config file: the merged section is read like any other
+    path.write_text("rollout:\n  <<: {group_size: 4, max_new_tokens: 8}\n  max_new_tokens: 9\n")
+    cfg = load_config(path, [])
+    assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (4, 9)

@@ -1,3 +1,4 @@
+import os
 import re
 
 import pytest
@@ -99,3 +100,16 @@ def test_usage_errors_are_one_line_exit_2(args, needle):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert needle in lines[0] and "--help" in lines[0] and "╭" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["bias", "table", "-G", "8", "-p", "0.5"], ["compare", "--help"]])
+def test_an_ascii_terminal_gets_the_output_not_a_unicode_traceback(args):
+    """Issue 39, finding 9: PYTHONIOENCODING=ascii (or a terminal in a C locale) ended `hadw eval`, `probe`, `bias`
+    and `--help` with a UnicodeEncodeError at the first ×, −, Â or —: the characters are replaced instead."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    proc = subprocess.run([sys.executable, "-m", "hadw.cli", *args], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.strip() and proc.stdout.isascii()

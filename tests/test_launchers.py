@@ -380,7 +380,7 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
         ],
     )
     assert ray.exit_code == 0, ray.output
-    assert "runtime_env: {'env_vars': {'HF_HOME': '/shared/hf'}}" in ray.output
+    assert "runtime_env: {'env_vars': ['HF_HOME']}" in ray.output and "/shared/hf" not in ray.output  # names only
     assert "task_options: {'num_cpus': 2.0, 'num_gpus': 0.5}" in ray.output and "max_parallel: 2" in ray.output
     assert "threads_per_run: 2" in ray.output and "5\tb\t2\t" in ray.output
     local = CliRunner().invoke(build_app(), [*base, "--jobs", "4", "--max-parallel", "2"])  # caps --jobs
@@ -389,6 +389,17 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
     short = CliRunner().invoke(build_app(), [*base, "--launcher", "slurm", "--time-min", "1", "--signal-lead-s", "50"])
     assert short.exit_code == 0 and "#SBATCH --signal=USR2@50" in short.output, short.output
     assert not out.exists(), "a dry run writes nothing"
+
+
+def test_a_dry_run_prints_the_names_of_env_vars_never_their_values(tmp_path):
+    """Issue 39, finding 4: `--dry-run --ray-runtime-env` printed env_vars' values (an HF_TOKEN); the real sweep
+    logs their names only."""
+    env = {"env_vars": {"HF_TOKEN": "hf_secret_0123", "WANDB_API_KEY": "wandb_secret_4567"}, "working_dir": "."}
+    args = ["compare", "--out", str(tmp_path / "cmp"), "--arm", "a:", "--seeds", "0", "--dry-run", "--launcher", "ray"]
+    ray = CliRunner().invoke(build_app(), [*args, "--ray-runtime-env", json.dumps(env)])
+    assert ray.exit_code == 0, ray.output
+    assert "secret" not in ray.output and "HF_TOKEN" in ray.output and "WANDB_API_KEY" in ray.output
+    assert "'working_dir': '.'" in ray.output  # the rest of runtime_env is shown as given
 
 
 def run_log(run_dir: Path) -> list[tuple[float, str]]:

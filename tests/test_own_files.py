@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,101 @@ def test_a_figure_is_never_written_through_a_link(world, tmp_path, monkeypatch, 
     (tmp_path / "curves.png").unlink()
     _case(world, tmp_path, monkeypatch, record_outcome, request, args, "accepted")  # the same plot, no link: drawn
     assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+# Issue 39, finding 2: every figure hadw writes follows the rules above (no link, no special file, no user's file
+# without --overwrite), checked before the work; a figure it drew is recognised by its mark and replaced.
+PAPER = b"%PDF-1.5\n% my paper, not a figure hadw drew\n"
+
+
+def _figure_commands(world, tmp_path: Path, target: Path) -> dict[str, list]:
+    """Each command that writes a figure, writing one at `target` (bias and compare: the name they give it)."""
+    return {
+        "plot": ["plot", tmp_path / "g" / "seed0", "--out", target],
+        "sim": ["sim", "--steps", "2", "--seeds", "0", "--plot", target],
+        "bias": ["bias", "plot", "--out-dir", target.parent, "--points", "2", "-G", "2"],
+        "probe": ["probe", world["model"], "--data", "task:sums", "--limit", "1", "--png", target],
+        "compare": [*COMPARE, "-o", tmp_path],
+    }
+
+
+FIGURE_NAMES = {"bias": "bias_binary.png", "compare": "compare.png"}
+
+
+@pytest.mark.parametrize("command", ["plot", "sim", "bias", "probe", "compare"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "user_file", "folder"])
+def test_a_figure_never_replaces_a_special_file_or_a_users_file(world, tmp_path, monkeypatch, record_outcome,
+                                                                 request, command, kind):  # fmt: skip
+    _finished_runs(tmp_path)
+    target = tmp_path / FIGURE_NAMES.get(command, "paper.png")
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":  # a null device of our own (never the machine's /dev/null), where we may make one
+        try:
+            os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD")
+    elif kind == "folder":
+        target.mkdir()
+    else:
+        target.write_bytes(PAPER)
+    needles = [target.name, "special file" if kind != "user_file" else "--overwrite"]
+    args = _figure_commands(world, tmp_path, target)[command]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, args, "one-line", needles)
+    if kind == "fifo":
+        assert target.is_fifo()
+    elif kind == "device":
+        assert target.is_char_device()
+    elif kind == "folder":
+        assert target.is_dir() and not any(target.iterdir())
+    else:
+        assert target.read_bytes() == PAPER
+
+
+@pytest.mark.parametrize("suffix", [".png", ".pdf", ".svg"])
+def test_hadw_plot_replaces_its_own_figure_and_a_users_file_only_with_overwrite(
+    world, tmp_path, monkeypatch, record_outcome, request, suffix
+):
+    _finished_runs(tmp_path)
+    out = tmp_path / f"paper{suffix}"
+    out.write_bytes(PAPER)
+    args = ["plot", tmp_path / "g" / "seed0", "--out", out]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, [*args, "--overwrite"], "accepted")
+    assert out.read_bytes() != PAPER
+    _case(world, tmp_path, monkeypatch, record_outcome, request, args, "accepted")  # its own figure: replaced
+
+
+@pytest.mark.parametrize("out", ["curves.jsonl", "curves"])
+def test_hadw_plot_refuses_a_file_that_is_not_a_figure_format(world, tmp_path, monkeypatch, record_outcome, request,
+                                                               out):  # fmt: skip
+    """`--out x.jsonl` was matplotlib's traceback. (A device such as /dev/null is refused as a special file: the FIFO
+    case above; never tried on the real /dev/null, which a regression run as root would replace.)"""
+    _finished_runs(tmp_path)
+    args = ["plot", tmp_path / "g" / "seed0", "--out", out]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, args, "one-line", ["--out", "allowed: .png"])
+
+
+# Issue 39, finding 3: `hadw demo --out-dir D` checks each result file before the warm start and the training.
+@pytest.mark.parametrize("name", ["demo_results.json", "demo_results.md", "demo_curves.png"])
+@pytest.mark.parametrize("kind", ["link", "user_file"])
+def test_demo_checks_its_result_files_before_training(world, tmp_path, monkeypatch, record_outcome, request, name,
+                                                      kind):  # fmt: skip
+    out = tmp_path / "demo"
+    out.mkdir()
+    victim = _victim(tmp_path)
+    if kind == "link":
+        (out / name).symlink_to(victim)
+    else:
+        (out / name).write_text(PRECIOUS)
+    needles = [name, "symbolic link" if kind == "link" else "--overwrite"]
+    _case(world, tmp_path, monkeypatch, record_outcome, request, ["demo", "--out-dir", out], "one-line", needles)
+    assert victim.read_text() == PRECIOUS
+    assert sorted(p.name for p in out.iterdir()) == [name]  # nothing trained, nothing else written
+
+
+def test_demo_recognises_its_result_files_old_and_new(tmp_path):
+    from hadw.experiments.demo import check_demo_outputs
+
+    (tmp_path / "demo_results.json").write_text('{\n "initial": {}}')  # as a version before the marker wrote it
+    (tmp_path / "demo_results.md").write_text("<!-- written by hadw demo -->\n| level | n | warm start |\n")
+    check_demo_outputs(tmp_path, overwrite=False)

@@ -220,3 +220,22 @@ def test_a_planted_link_in_the_run_folder_is_refused_and_its_target_untouched(ti
             _trainer(tiny_path, run, "train.steps=3", resume=True).train()
         assert isinstance(info.value, LinkError | CheckpointError)
     assert victim.read_text() == "precious\n"
+
+
+def test_a_checkpoint_past_train_steps_is_one_line_not_done(tiny_path, run):
+    """Issue 39, finding 8: a checkpoint at step 2 resumed with train.steps=1 ended "done" (rc 0) without a step:
+    one line naming the step and what train.steps must be."""
+    with pytest.raises(
+        RunDirError, match=r"checkpoint-000002 is at step 2, past train.steps=1; allowed: train.steps >= 2"
+    ):
+        _trainer(tiny_path, run, "train.steps=1", resume=True)
+    assert _checkpoints(run) == ["checkpoint-000001", "checkpoint-000002"]
+
+
+def test_accept_changes_that_turn_lora_on_names_the_setting_not_the_checkpoint(tiny_path, run):
+    """Issue 39, finding 10: `--resume --accept-changes model.lora.enabled=true` failed saying the checkpoint's
+    optimizer state "does not list the run's" parameters, as if it were damaged; the setting is named now."""
+    pytest.importorskip("peft")
+    with pytest.raises(RunDirError, match=r"model.lora.enabled: False -> True changes which parameters the run trains"):
+        _trainer(tiny_path, run, "model.lora.enabled=true", resume=True, accept_changes=True)
+    assert _checkpoints(run) == ["checkpoint-000001", "checkpoint-000002"]

@@ -331,3 +331,31 @@ def test_an_in_process_reward_that_changes_directory_is_moved_back(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert run_reward(RewardFunction("wander", wander), ["a", "b"], ["1", "1"]).scores == [1.0, 1.0]
     assert os.getcwd() == str(tmp_path)
+
+
+def test_a_reward_thread_that_returns_after_its_timeout_never_moves_the_process(tmp_path, monkeypatch):
+    """Issue 39, finding 11: an abandoned reward thread (timed out) that returns later must not chdir the process
+    back to where it started (a run that has since moved on then wrote `my run/.lock` in the wrong folder); one
+    that moved into a sandbox and hangs there is moved back by the caller at the timeout."""
+    import tempfile
+    import threading
+
+    from hadw.rewards import RewardFunction, run_reward
+
+    release = threading.Event()
+
+    def late(completion: str, answer: str) -> float:
+        os.chdir(tempfile.mkdtemp())  # a sandbox, then stuck past the timeout
+        release.wait(10)
+        return 1.0
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert run_reward(RewardFunction("late", late), ["x"], ["1"], timeout_s=0.2).kinds == {"timeout": 1}
+    assert os.getcwd() == str(tmp_path / "a")  # the caller put it back at the timeout
+    os.chdir(tmp_path / "b")  # the process moves on (the next test, the next command)
+    release.set()
+    for thread in [t for t in threading.enumerate() if t.name.startswith("hadw-reward")]:
+        thread.join(5)
+    assert os.getcwd() == str(tmp_path / "b")

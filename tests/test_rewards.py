@@ -246,3 +246,29 @@ def test_time_stopped_is_not_charged_to_an_in_process_reward_timeout():
     finally:
         stopper.wait()
     assert result.scores == [1.0] and not result.kinds, result.messages
+
+
+def test_a_reward_whose_module_fails_to_import_only_in_the_worker_is_one_line(tmp_path, monkeypatch):
+    """Issue 39, finding 9: a reward module that imports in the trainer but not in the verifier pool's fresh process
+    was a RuntimeError traceback; a UserError (one line) naming the function and what a pool reward needs now."""
+    import sys
+
+    from hadw.errors import UserError
+    from hadw.rewards.pool import VerifierPool
+
+    (tmp_path / "trainer_only_reward.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise ImportError('this module imports in the trainer only')\n"
+        "def score(completion, answer):\n"
+        "    return 1.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__("trainer_only_reward")
+    pool = VerifierPool(num_workers=1, warm_up=False)
+    try:
+        with pytest.raises(UserError, match="trainer_only_reward:score in its worker process.*must import there"):
+            pool.map(module.score, ["1"], ["1"], 30.0)
+    finally:
+        pool.close()
+        sys.modules.pop("trainer_only_reward", None)

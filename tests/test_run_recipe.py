@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from hadw.cli import build_app
+from hadw.errors import UserError
 from hadw.rollout import build_tiny_model
 from hadw.train.config import config_to_yaml, load_config
 
@@ -133,3 +135,50 @@ def test_eval_of_a_running_run_survives_its_checkpoint_being_pruned(file_run, tm
     assert result.exit_code == 0, result.output
     assert [p.split("/")[-2] for p in loaded] == ["checkpoint-000001", "checkpoint-000002"]  # .../model
     assert json.loads(out.read_text())["model"] == str(run / "checkpoint-000002" / "model")
+
+
+def _run_with_checkpoints(tmp_path: Path, steps: int) -> Path:
+    import yaml
+
+    from hadw.train.config import Config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = Config().to_dict()
+    cfg["data"]["template"], cfg["reward"]["functions"] = "plain", ["exact"]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    for step in range(1, steps + 1):
+        (run / f"checkpoint-{step:06d}" / "model").mkdir(parents=True)
+        (run / f"checkpoint-{step:06d}" / "model" / "config.json").write_text("{}")
+    return run
+
+
+def test_eval_of_a_run_never_reads_weights_through_a_link(tmp_path):
+    """Issue 39, finding 8: `hadw eval RUN` followed a `checkpoint-*/model` link out of the run (and a final_model/
+    or checkpoint folder link alike): one line instead."""
+    from hadw.eval.run_recipe import read_run
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.json").write_text("{}")
+    for link in ("checkpoint-000003/model", "checkpoint-000004", "final_model"):
+        (tmp_path / link.replace("/", "_")).mkdir()
+        run = _run_with_checkpoints(tmp_path / link.replace("/", "_"), 2)
+        (run / link).parent.mkdir(parents=True, exist_ok=True)
+        (run / link).symlink_to(elsewhere)
+        with pytest.raises(UserError, match="symbolic link.*never reads a run's weights through a link"):
+            read_run(run)
+
+
+def test_eval_of_a_run_whose_newest_checkpoint_is_broken_says_so(tmp_path):
+    """It skipped the broken newest checkpoint for an older one without a word; now one line naming both."""
+    from hadw.eval.run_recipe import read_run
+
+    run = _run_with_checkpoints(tmp_path, 2)
+    (run / "checkpoint-000010").mkdir()  # newest by step (and 10 > 2 as numbers)
+    with pytest.raises(
+        UserError, match=r"checkpoint-000010: the run's newest checkpoint holds no model.*checkpoint-000002"
+    ):
+        read_run(run)
+    (run / "checkpoint-000010").rmdir()
+    assert read_run(run).model == run / "checkpoint-000002" / "model"

@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -453,6 +454,99 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _signal_after_row(run: Path, row: int, delay: float) -> threading.Thread:
+    """A thread that waits for the metrics row of step `row`, sleeps `delay` and signals like `timeout` does:
+    SIGTERM to this process and to its verifier workers (the rest of its process group)."""
+    from hadw.rewards.pool import get_pool
+
+    def send() -> None:
+        deadline = time.monotonic() + 60
+        metrics = run / "metrics.jsonl"
+        while time.monotonic() < deadline and not (metrics.is_file() and metrics.read_bytes().count(b"\n") >= row):
+            time.sleep(0.002)
+        time.sleep(delay)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for worker in list(get_pool().workers):
+            with contextlib.suppress(OSError):
+                os.kill(worker.process.pid, signal.SIGTERM)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigterm_at_random_moments_around_step_boundaries_always_leaves_a_checkpoint_that_loads(tiny_path, tmp_path):
+    """Issue 39, finding 12: a SIGTERM from `timeout` (to the trainer and its process group) lost the checkpoint: the
+    verifier workers died of it, and the trainer's next send to one raised BrokenPipeError, which the CLI's click
+    turns into a silent exit 1. Trials at random moments after a random step (the next step, the final evaluation,
+    the final checkpoint, the exit); each ends stopped with the last step's checkpoint, or done with the final one,
+    and the checkpoint loads. benchmarks/sigterm_stress.py does the same with real `hadw train` processes."""
+    import random
+
+    from hadw.train.checkpoint import load_checkpoint
+    from hadw.train.trainer import Interrupted
+
+    rng, late = random.Random(0), []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: late.append(signum))  # after the trainer's own
+    try:
+        for trial in range(24):
+            run = tmp_path / f"run{trial}"
+            trainer = _trainer(tiny_path, run, "train.steps=3", "checkpoint.every=0", "data.eval_size=2",
+                               "reward.functions=[math]", "reward.correctness=math")  # fmt: skip
+            sender = _signal_after_row(run, rng.randint(1, 3), rng.uniform(0.0, 0.2))
+            try:
+                trainer.train()
+                steps = 3  # done: the signal came during the final evaluation / checkpoint, or after
+            except Interrupted:
+                steps = len(read_jsonl(run / "metrics.jsonl"))
+            sender.join(60)
+            checkpoint = latest_checkpoint(run)
+            assert checkpoint is not None and checkpoint.name == f"checkpoint-{steps:06d}", (trial, checkpoint)
+            assert load_checkpoint(checkpoint, trainer.model, trainer.optimizer, trainer.scheduler)["step"] == steps
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_stop_handler_never_writes_through_sys_stderr(tiny_path, tmp_path, monkeypatch):
+    """The handler may run inside a write to sys.stderr (a progress line): print there raises "reentrant call"
+    from the handler, into the step, and the stop and its checkpoint were lost. It writes to fd 2 itself."""
+
+    class MidWrite:
+        def write(self, text: str) -> int:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+        def flush(self) -> None:
+            pass
+
+    trainer = _trainer(tiny_path, tmp_path / "run")
+    previous = trainer._install_signal_handlers()
+    try:
+        monkeypatch.setattr(sys, "stderr", MidWrite())
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert trainer._stop_signal == signal.SIGTERM
+    finally:
+        monkeypatch.undo()
+        trainer._restore_signal_handlers(previous)
+        trainer._lock.release()
+
+
+def test_a_verifier_worker_outlives_a_sigterm_to_its_process_group_and_a_dead_one_is_replaced():
+    """Issue 39, finding 12: the workers ignore SIGTERM like SIGINT and SIGHUP (the trainer stops at a safe point and
+    needs them until then); a worker found dead when an item is sent to it is replaced, the item not lost."""
+    from hadw.rewards.pool import VerifierPool
+
+    pool = VerifierPool(num_workers=1, warm_up=False)
+    try:
+        assert pool.map(exact_item, ["1"], ["1"], 30.0)[0].value == 1.0
+        os.kill(pool.workers[0].process.pid, signal.SIGTERM)
+        assert [o.value for o in pool.map(exact_item, ["1", "2"], ["1", "2"], 30.0)] == [1.0, 1.0]
+        pool.workers[0].process.kill()  # dead before the next item is sent: the send breaks the pipe
+        pool.workers[0].process.join()
+        assert [o.value for o in pool.map(exact_item, ["1"], ["1"], 30.0)] == [1.0]
+    finally:
+        pool.close()
 
 
 # ---------------------------------------------------------------------------------------- 6. rewards

@@ -161,3 +161,84 @@ def test_package_data_lists_the_shipped_files():
         if path.is_file():
             rel = str(path.relative_to(train))
             assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
+
+
+def test_demo_rebuild_never_writes_into_a_users_random_init(tmp_path):
+    """Issue 39, finding 6: `hadw demo --warm-start rebuild` saved its random init into OUT/random_init, replacing a
+    folder of the user's there (weights and config) without a word; it builds it in a scratch folder now."""
+    from hadw.experiments.demo import warm_start
+
+    users = tmp_path / "random_init"
+    users.mkdir()
+    (users / "config.json").write_text('{"mine": 1}')
+    with pytest.raises(W.WarmStartError, match="below the floor"):  # 1 step reaches no floor: refused after it
+        warm_start(tmp_path, None, target=2.0, max_steps=1, log=lambda line: None)
+    assert [p.name for p in users.iterdir()] == ["config.json"] and (users / "config.json").read_text() == '{"mine": 1}'
+
+
+@pytest.mark.parametrize("added", ["notes.md", "subfolder", "link"])
+def test_demo_never_removes_a_warm_start_folder_holding_more_than_its_record_lists(tmp_path, added):
+    """A warm_start/ folder with a record (copied in, or hadw's own with the user's files added) was rmtree'd after
+    SFT whatever else it held; now only exactly what hadw built is replaced, checked before SFT."""
+    from hadw.experiments.demo import warm_start
+
+    folder = tmp_path / "warm_start"
+    shutil.copytree(W.SHIPPED_DIR / W.DEMO_WARM_START, folder)
+    W.write_record(folder, {"built": "for another request"}, {"level_accuracy": {}})  # as hadw leaves a start
+    if added == "notes.md":
+        (folder / "notes.md").write_text("mine")
+    elif added == "subfolder":
+        (folder / "old").mkdir()
+    else:
+        (folder / "extra.json").symlink_to(tmp_path / "elsewhere.json")
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(W.WarmStartError, match="hadw did not build it"):
+        warm_start(tmp_path, None, target=2.0, max_steps=1, log=lambda line: None)
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_built_here_is_exactly_what_the_record_lists(tmp_path):
+    folder = tmp_path / "warm_start"
+    shutil.copytree(W.SHIPPED_DIR / W.DEMO_WARM_START, folder)
+    assert not W.built_here(folder)  # no record
+    W.write_record(folder, {"built": "here"}, {})
+    assert W.built_here(folder)
+    (folder / "notes.md").write_text("mine")
+    assert not W.built_here(folder)
+
+
+@pytest.mark.parametrize("planted", ["linked_added_tokens", "subfolder", "record"])
+def test_a_shipped_start_with_a_link_a_subfolder_or_any_other_entry_is_refused(tmp_path, monkeypatch, planted):
+    """Issue 39, finding 7: the check hashed regular files only, so a symlinked extra added_tokens.json (which changed
+    the tokenizer) or a subfolder passed."""
+    shipped = tmp_path / "warm_starts"
+    shutil.copytree(W.SHIPPED_DIR, shipped)
+    monkeypatch.setattr(W, "SHIPPED_DIR", shipped)
+    folder = shipped / W.DEMO_WARM_START
+    if planted == "linked_added_tokens":
+        (tmp_path / "tokens.json").write_text('{"<extra>": 9999}')
+        (folder / "added_tokens.json").symlink_to(tmp_path / "tokens.json")
+    elif planted == "subfolder":
+        (folder / "sub").mkdir()
+    else:
+        (folder / W.RECORD).write_text("{}")
+    with pytest.raises(W.WarmStartError, match="should not"):
+        W.resolve(W.DEMO_WARM_START)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "{not json",
+        '{"warm_starts": [{"name": "x", "levels": [1], "unknown_key": 1}]}',
+        '{"starts": []}',
+        '{"warm_starts": [7]}',
+    ],
+    ids=["not_json", "unknown_key", "no_list", "entry_not_an_object"],
+)
+def test_a_malformed_manifest_is_one_line_naming_it(tmp_path, monkeypatch, manifest):
+    path = tmp_path / "manifest.json"
+    path.write_text(manifest)
+    monkeypatch.setattr(W, "MANIFEST", path)
+    with pytest.raises(W.WarmStartError, match="manifest.json: not a usable warm-start manifest"):
+        W.get(W.DEMO_WARM_START)

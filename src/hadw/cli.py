@@ -38,6 +38,10 @@ COMMAND_EXTRAS = {"train": "train", "sft": "train", "compare": "train", "demo": 
                   "eval": "eval", "probe": "eval", "data": "eval", "sim": "theory", "bias": "theory"}  # fmt: skip
 
 
+# The commands that may score with the verifier pool: its environment setting is checked before they start.
+POOL_COMMANDS = {"train", "compare", "demo", "eval", "probe"}
+
+
 # OS errors a user fixes (a path, a permission, a full disk), shown as one line like a UserError.
 USER_OS_ERRORS = {
     errno.ENOENT,
@@ -70,6 +74,10 @@ def handle_user_errors(fn, command: str | None = None):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            if (command or fn.__name__) in POOL_COMMANDS:  # a bad setting is one line before the work, not a hang
+                from hadw.rewards.pool import default_num_workers
+
+                default_num_workers()
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
@@ -156,7 +164,19 @@ def _usage_error_line(err: typer.TyperException) -> str | None:
     return f"error: {command}: {' '.join(err.format_message().split())} (see {command} --help)"
 
 
+def _writable_in_any_encoding() -> None:
+    """stdout / stderr in an encoding that cannot write hadw's text (PYTHONIOENCODING=ascii, a C locale): a
+    character it lacks (×, −, Â, —) is replaced instead of ending the command with a UnicodeEncodeError traceback."""
+    sample = "\u2212×Â—"
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        with contextlib.suppress(AttributeError, LookupError, TypeError, ValueError, OSError):  # a replaced stream
+            if encoding and sample.encode(encoding, errors="ignore").decode(encoding) != sample:
+                stream.reconfigure(errors="replace")
+
+
 def main() -> None:
+    _writable_in_any_encoding()
     debug = os.environ.get("HADW_DEBUG") == "1"
     try:
         code = build_app()(standalone_mode=False)

@@ -45,6 +45,7 @@ RUN_ENTRIES = (
     "run_paths.json",  # the absolute form of the paths config.yaml records relative to the run (run_recipe)
 )
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
+MAX_STEP = 10**12  # far past any run; a larger "step" is a hand-edited log (a float cannot even hold 400 digits)
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
 WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, FINAL_EVAL_PROBLEMS_FILE, "wandb_id", "warm_start_model")
 
@@ -177,18 +178,18 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as err:
+        except (ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, or an int of > 4300 digits
             if any(rest.strip() for rest in lines[number:]):
-                problem = getattr(err, "msg", "nested too deeply")
+                problem = "nested too deeply" if isinstance(err, RecursionError) else getattr(err, "msg", str(err))
                 raise MetricsFileError(f"{path}:{number}: not a JSON record ({problem})") from None
             warnings.warn(f"{path}:{number}: dropped an unfinished last line (the run was cut off)", stacklevel=2)
             continue
         step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
             what = "an object" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
-            raise MetricsFileError(
-                f"{path}:{number}: {what} without an integer 'step' >= 0; each line of a run's log is an object "
-                "with its step (was the file edited by hand?)"
+            raise MetricsFileError(  # a 400-digit step was a traceback where a figure or table used it
+                f"{path}:{number}: {what} without an integer 'step' from 0 to {MAX_STEP}; each line of a run's log is "
+                "an object with its step (was the file edited by hand?)"
             )
         records.append(record)
     return records

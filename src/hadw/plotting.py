@@ -26,19 +26,24 @@ def subplots(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6.4
     return fig, [ax for row in axes for ax in row]
 
 
-def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Lay out and write `fig` (format from the suffix); parent folders are created. Written to a temporary
-    name and renamed: a link at `path` is refused, never followed, and a failed write leaves the old file."""
+def save(fig: Figure, path: str | Path, dpi: int = 120, overwrite: bool = True) -> Path:
+    """Lay out and write `fig` (format from the suffix: hadw.safe_files.FIGURE_FORMATS), marked as hadw's
+    (FIGURE_MARKER in its metadata); parent folders are created. Never a link, a folder or a special file
+    (a device, a FIFO), and with overwrite=False never an existing file hadw did not draw (check_figure: commands
+    check it before their work, with their --overwrite). Written to a temporary name and renamed: a failed write
+    leaves the old file."""
     import io
 
-    from hadw.safe_files import atomic_write_bytes, refuse_link
+    from hadw.safe_files import FIGURE_MARKER, atomic_write_bytes, check_figure, figure_format
 
     path = Path(path)
-    refuse_link(path, "(a figure): remove it or choose another file")
+    check_figure(path, "figure", overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=dpi, format=path.suffix.lstrip(".").lower() or None)
+    fmt = figure_format(path, "figure")
+    metadata = {"Software" if fmt == "png" else "Creator": f"{FIGURE_MARKER} (matplotlib)"}
+    fig.savefig(buffer, dpi=dpi, format=fmt, metadata=metadata)
     atomic_write_bytes(path, buffer.getvalue())
     return path

@@ -76,6 +76,7 @@ def atomic_write_bytes(path: Path, data: bytes, fsync: bool = True) -> None:
 
 
 HEAD_BYTES = 4096  # what `write_output` reads of an existing file to recognise it as hadw's own
+TAIL_BYTES = 65536  # and of its end: a PDF's metadata (where a figure is marked) is written last
 
 
 def head(path: Path, size: int = HEAD_BYTES) -> bytes:
@@ -85,6 +86,17 @@ def head(path: Path, size: int = HEAD_BYTES) -> bytes:
     except (OSError, LinkError):
         return b""
     with os.fdopen(fd, "rb") as f:
+        return f.read(size)
+
+
+def tail(path: Path, size: int = TAIL_BYTES) -> bytes:
+    """The last `size` bytes of a regular file, read without following a link (b"" when unreadable)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, LinkError):
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - size))
         return f.read(size)
 
 
@@ -132,8 +144,9 @@ def check_writable(path: Path, option: str) -> None:
 
 def check_output(path: Path, option: str, owned: Callable[[bytes], bool], overwrite: bool = False) -> None:
     """UserError (one line naming `option` and `path`) unless `path` may receive an output file: not a link,
-    not a folder or other non-regular file, and, when it exists with content, either recognised by `owned`
-    (given the file's first HEAD_BYTES bytes) as a file this command wrote, or `overwrite` is set."""
+    not a folder or other non-regular file (a device, a FIFO), and, when it exists with content, either recognised
+    by `owned` (given the file's first HEAD_BYTES bytes followed by its last TAIL_BYTES) as a file this command
+    wrote, or `overwrite` is set."""
     refuse_link(path, f"({option}): remove it or choose another file")
     check_writable(path, option)
     if not path.exists():
@@ -142,7 +155,7 @@ def check_output(path: Path, option: str, owned: Callable[[bytes], bool], overwr
         raise UserError(f"{option} {path}: is a folder or a special file, not a file hadw can write; choose a file")
     if overwrite or path.stat().st_size == 0:
         return
-    if not owned(head(path)):
+    if not owned(head(path) + tail(path)):
         raise UserError(
             f"{option} {path}: the file exists and hadw did not write it; choose another file, or pass --overwrite "
             "to replace it"
@@ -180,13 +193,54 @@ def owned_markdown(command: str) -> Callable[[bytes], bool]:
     return lambda data: data.startswith(marker)
 
 
+# Figures (hadw.plotting.save) carry FIGURE_MARKER in their metadata (PNG "Software", PDF / SVG / PostScript
+# "Creator"): how a figure hadw drew is told from a user's file of the same name. Other formats cannot be marked,
+# so hadw does not write them.
+FIGURE_MARKER = "written by hadw"
+FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps")
+
+
+def owned_figure(data: bytes) -> bool:
+    """Recognises a figure hadw drew (FIGURE_MARKER in its first or last bytes)."""
+    return FIGURE_MARKER.encode() in data
+
+
+def figure_format(path: Path, option: str) -> str:
+    """The format of the figure file `path` (its suffix, lower case); UserError naming `option` if hadw does not
+    write that format."""
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        what = f"the suffix {path.suffix!r}" if fmt else "no suffix"
+        allowed = ", ".join(f".{f}" for f in FIGURE_FORMATS)
+        raise UserError(f"{option} {path}: {what} is not a figure format hadw writes; allowed: {allowed}")
+    return fmt
+
+
+def check_figure(
+    path: Path, option: str, overwrite: bool = False, owned: Callable[[bytes], bool] = owned_figure
+) -> None:
+    """check_output for a figure: a format hadw writes, not a link, not a folder or special file, not an existing
+    file hadw did not draw unless `overwrite`. Commands call it before their work (minutes of training or
+    sampling must not end in a refusal)."""
+    figure_format(path, option)
+    check_output(path, option, owned, overwrite)
+
+
 class DiskFullError(UserError):
     """The disk filled up while hadw wrote a file; what was complete before is kept."""
 
 
 # How a full disk shows in the errors of the writers hadw calls: OSError (ENOSPC / EDQUOT), safetensors
-# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file").
-_FULL_DISK_SIGNS = ("No space left on device", "StorageFull", "code: 28", "Disk quota exceeded", "file write failed")
+# ("IoError(Os { code: 28, kind: StorageFull ...})") and torch.save ("PytorchStreamWriter failed writing file", or,
+# torch 2.13 on a full file system, its check of the bytes written: "inline_container.cc:672] . unexpected pos").
+_FULL_DISK_SIGNS = (
+    "No space left on device",
+    "StorageFull",
+    "code: 28",
+    "Disk quota exceeded",
+    "file write failed",
+    "] . unexpected pos",
+)
 
 
 def is_disk_full(err: BaseException) -> bool:

@@ -16,6 +16,7 @@ from hadw.data.layouts import (
     FieldError,
     FieldMap,
     Layout,
+    SourceFloat,
     check_answers,
     detect_layout,
     get_layout,
@@ -68,7 +69,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys)
+                # floats keep their text: an answer of more digits than a float holds is refused, not changed
+                row = json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys, parse_float=SourceFloat)
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from None
             except _DuplicateKey as e:
@@ -121,12 +123,18 @@ def _hf_rows(path: Path, split: str | None) -> Iterator[tuple[str, Mapping[str, 
 
     if not any(path.iterdir()):
         raise DatasetError(f"{path}: empty folder; allowed: a .jsonl / .parquet file or a saved HF dataset folder")
+    scripts = sorted(p.name for p in path.glob("*.py"))
+    if scripts:  # code, never run (datasets 4 refuses it too, with a traceback)
+        raise DatasetError(
+            f"{path}: holds a dataset loading script ({', '.join(scripts)}), which is code; hadw never runs one. "
+            "Allowed: a folder of data files (.jsonl / .parquet / .csv) or a save_to_disk() folder"
+        )
     try:
         if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
             data = datasets.load_from_disk(str(path))  # a save_to_disk() directory
         else:
-            data = datasets.load_dataset(str(path))  # a local dataset folder (data files / loading script)
-    except (FileNotFoundError, ValueError, OSError, datasets.exceptions.DatasetNotFoundError) as e:
+            data = datasets.load_dataset(str(path))  # a local dataset folder of data files
+    except (FileNotFoundError, ValueError, OSError, RuntimeError, datasets.exceptions.DatasetNotFoundError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{path}: not a dataset folder Hugging Face datasets can read ({first})") from None
     if isinstance(data, datasets.DatasetDict):

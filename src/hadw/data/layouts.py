@@ -47,9 +47,40 @@ def _hashes_answer(rationale: Any) -> str:
     return answer
 
 
+class SourceFloat(float):
+    """A JSON number with a fraction or an exponent, with the text the file wrote it as (hadw.data.files parses
+    JSONL floats into this): a gold answer with more digits than a float holds must not change without a word."""
+
+    text: str
+
+    def __new__(cls, text: Any) -> SourceFloat:
+        number = super().__new__(cls, text)
+        number.text = str(text)
+        return number
+
+
+def _digits_kept(value: float) -> bool:
+    """False when `value` was written with more digits than a float holds (12345678901234567890.5 reads as
+    1.2345678901234567e+19): str() of it would be another number than the file's."""
+    from decimal import Decimal, InvalidOperation
+
+    text = getattr(value, "text", None)
+    if text is None or not math.isfinite(value):
+        return True
+    try:
+        return Decimal(text) == Decimal(repr(float(value)))
+    except InvalidOperation:
+        return True
+
+
 def _number_answer(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise FieldError(f"expected a number, got {type(value).__name__} {value!r:.80}")
+    if isinstance(value, float) and not _digits_kept(value):
+        raise FieldError(
+            f"the answer {value.text[:60]} has more digits than a number holds (it reads as {float(value)!r}); "  # type: ignore[attr-defined]
+            'allowed: write it as a JSON string, e.g. "12345678901234567890.5", to keep every digit'
+        )
     return number_string(value)
 
 
@@ -222,6 +253,18 @@ def _finite(value: Any, path: str, what: str, allowed: str) -> Any:
     return value
 
 
+def _no_lone_surrogate(text: str, path: str, what: str) -> None:
+    """FieldError when `text` holds a lone surrogate (JSON's "\\ud800" escape alone): not a character, so the
+    tokenizer refuses it (a traceback of train and eval) and UTF-8 cannot write it to samples.jsonl."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise FieldError(
+            f"the {what} field {path!r} holds a lone surrogate {text[err.start]!r} at character {err.start}; allowed: "
+            "Unicode text (a surrogate pair such as \\ud83d\\ude00 is one character; half of one is none)"
+        ) from None
+
+
 def row_to_problem(
     row: Mapping[str, Any], fields: FieldMap, source: str, index: int, where: str | None = None
 ) -> Problem:
@@ -239,6 +282,8 @@ def row_to_problem(
         raise FieldError(f"the prompt field {fields.question!r} is empty; every row needs a question")
     raw_answer = _finite(get_field(row, fields.answer), fields.answer, "answer", "a string or a finite number")
     answer = fields.answer_fn(raw_answer)
+    _no_lone_surrogate(question, fields.question, "prompt")
+    _no_lone_surrogate(answer, fields.answer, "answer")
     raw_level = get_field(row, fields.level) if fields.level else None
     if fields.level:
         _finite(raw_level, fields.level, "level", "an integer or a name")

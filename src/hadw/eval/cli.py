@@ -505,9 +505,9 @@ def probe_cmd(
     _check_options(temperature, top_p, limit, max_new_tokens, device, dtype, chat_template, reward)
     check_range("--batch-size", batch_size, 1)
     _check_outputs(None, None, json_path, overwrite, "probe")
-    from hadw.safe_files import check_writable
+    from hadw.safe_files import check_figure
 
-    check_writable(png, "--png")  # before minutes of sampling, not after
+    check_figure(png, "--png", overwrite)  # before minutes of sampling, not after
     _check_budget(memory_budget_gb)
     fields = (prompt_field, answer_field, level_field)
     run_dir = _run_dir(model)

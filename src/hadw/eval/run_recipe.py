@@ -9,6 +9,7 @@ was trained; an explicit option still overrides each one.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -132,6 +133,38 @@ def read_run(path: str | Path) -> RunRecipe:
     return recipe
 
 
+_CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6,}")  # hadw.train.checkpoint's names (not imported: no torch here)
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise UserError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); hadw never reads a run's weights through a link: "
+            "remove it, or evaluate the folder it points to by its own path"
+        )
+
+
+def _newest_checkpoint(path: Path) -> Path | None:
+    """checkpoint-NNNNNN/model of the newest step, or None when the run has no checkpoint. A link there, or a newest
+    checkpoint without a model, is one line (it was skipped for an older checkpoint without a word)."""
+    found = [
+        p for p in path.glob("checkpoint-*") if _CHECKPOINT_NAME.fullmatch(p.name) and (p.is_dir() or p.is_symlink())
+    ]
+    if not found:
+        return None
+    found.sort(key=lambda p: int(p.name.split("-", 1)[1]))
+    newest = found[-1]
+    _refuse_link(newest)
+    _refuse_link(newest / "model")
+    if not _holds_model(newest / "model"):
+        other = f"evaluate an older one by its path (hadw eval {found[-2] / 'model'}), or " if len(found) > 1 else ""
+        raise UserError(
+            f"{newest}: the run's newest checkpoint holds no model ({newest / 'model'} has no config.json or "
+            f"adapter_config.json); {other}remove the damaged checkpoint"
+        )
+    return newest / "model"
+
+
 def _holds_model(folder: Path) -> bool:
     """A model folder: full weights (config.json) or a LoRA adapter (adapter_config.json)."""
     return (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
@@ -139,12 +172,15 @@ def _holds_model(folder: Path) -> bool:
 
 def _run_model(path: Path, start: str) -> Path:
     """The run's newest weights: final_model/ when it finished, else its newest checkpoint, else the weights it
-    started from (init_model/, or model.path) — so a run still in its first steps can be looked at too."""
+    started from (init_model/, or model.path) — so a run still in its first steps can be looked at too. Never
+    through a link (out of the run), and never an older checkpoint in silence when the newest has no model."""
+    for name in ("final_model", "init_model"):
+        _refuse_link(path / name)
     if _holds_model(path / "final_model"):  # a LoRA run's: its adapter (hadw.rollout.load_model adds the base)
         return path / "final_model"
-    checkpoints = sorted(p / "model" for p in path.glob("checkpoint-*") if _holds_model(p / "model"))
-    if checkpoints:
-        return checkpoints[-1]
+    newest = _newest_checkpoint(path)
+    if newest is not None:
+        return newest
     if (path / "init_model" / "config.json").is_file():
         return path / "init_model"
     if start:

@@ -254,6 +254,12 @@ def compare_cmd(
         raise typer.BadParameter(f"{launcher!r}; allowed: local, ray, slurm", param_hint="'--launcher'")
     check_range("--max-parallel", max_parallel, 1, 100_000)
     _check_jobs(jobs, launcher, ray_address)
+    if not 0 < cpus_per_run <= MAX_CPUS_PER_RUN:  # nan fails too (a traceback); 1e9 was blamed on train.num_threads
+        raise typer.BadParameter(
+            f"{cpus_per_run}; allowed: a number > 0 and at most {MAX_CPUS_PER_RUN} (each run uses that many torch "
+            "threads; a fraction gives 1)",
+            param_hint="'--cpus-per-run'",
+        )
     threads = max(1, int(cpus_per_run))  # --cpus-per-run CPUs -> that many torch threads per run
     launch_options = None
     if launcher != "local" and not collect_only:
@@ -368,7 +374,7 @@ def compare_cmd(
             raise typer.BadParameter(f"{primary!r} is not among the final metrics {sorted(result.metrics)}",
                                      param_hint="'--primary'")  # fmt: skip
         primary_key = None  # no "all" bucket of the default metric: no row is marked
-    png = plot_compare(out / "compare.png", runs, result, curve_metric, metric[0], smooth)
+    png = plot_compare(out / cmp.COMPARE_PNG, runs, result, curve_metric, metric[0], smooth)
     sections = []
     legend = (f"Primary comparison: `{primary_key}`; every other row is exploratory. " if primary_key else "") + (
         "MDE: the smallest true difference these seeds detect with 80 % power (paired t, α = 0.05) at the observed "
@@ -506,6 +512,9 @@ def _set_launch_extras(options, max_parallel: int | None, signal_lead_s: int, th
     options.__post_init__()  # the time limit against the new signal lead: one line, exit 2
 
 
+MAX_CPUS_PER_RUN = 4096  # train.num_threads' limit (hadw.train.config_checks): --cpus-per-run becomes it
+
+
 def _print_dry_run(specs, launcher: str, options, out: Path, workers: int) -> None:
     """--dry-run: what would run where, on stdout; nothing submitted, nothing written."""
     from hadw.experiments import launchers as L
@@ -567,6 +576,7 @@ def demo(
             "here, which gives another start, and so another table, on another CPU's kernels"
         ),
     ] = "sums234-s0",
+    overwrite: Annotated[bool, OverwriteOption] = False,
 ) -> None:
     """Tiny model, CPU: warm start, then GRPO vs GRPO+HA-DW from the same start; table + PNG."""
     from hadw.experiments.demo import DemoSettings, run_demo
@@ -576,7 +586,7 @@ def demo(
     if warm_start != "rebuild":
         warm_starts.get(warm_start)  # an unknown name: one line naming the shipped ones
     _quiet_transformers()
-    settings = DemoSettings(out_dir=out_dir, seed=seed, warm_start=warm_start)
+    settings = DemoSettings(out_dir=out_dir, seed=seed, warm_start=warm_start, overwrite=overwrite)
     if steps is not None:
         settings.steps = steps
     run_demo(settings)
@@ -584,13 +594,15 @@ def demo(
 
 def plot(
     run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders (with metrics.jsonl)")],
-    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("curves.png"),
+    out: Annotated[Path, typer.Option(help="Figure to write (.png, .pdf, .svg, .eps or .ps)")] = Path("curves.png"),
+    overwrite: Annotated[bool, OverwriteOption] = False,
 ) -> None:
     """Draw the training curves (accuracy, anchor) of finished or running runs."""
     from hadw.experiments.demo import plot_runs
-    from hadw.safe_files import check_writable
+    from hadw.safe_files import check_figure
 
-    check_writable(out, "--out")  # the run folders are only read: a read-only one is fine, a read-only --out not
+    # the run folders are only read: a read-only one is fine; --out is checked like every file hadw writes
+    check_figure(out, "--out", overwrite)
     names = [d.name for d in run_dirs]
     labels = [d.name if names.count(d.name) == 1 else str(d) for d in run_dirs]  # runs/a/seed0 vs runs/b/seed0
     typer.echo(plot_runs(dict(zip(labels, run_dirs, strict=True)), out))

@@ -362,7 +362,7 @@ def run_all(
 
 # The report files `hadw compare` writes in --out; each is recognised as its own by its first bytes (the
 # "written_by" marker, or how a version before the marker began the file), else refused without --overwrite.
-COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
+COMPARE_MD, COMPARE_JSON, COMPARE_PNG = "compare.md", "compare.json", "compare.png"
 _LEGACY_STARTS = {
     MANIFEST: b'{\n "config": ',
     COMPARE_MD: b"# Comparison over seeds ",
@@ -381,10 +381,19 @@ def owned_report(name: str) -> Callable[[bytes], bool]:
 def check_reports(out_dir: str | Path, overwrite: bool = False) -> None:
     """UserError (one line) when a report file in out_dir is a link, or exists and hadw compare did not write
     it (and not overwrite): checked before any run starts."""
-    from hadw.safe_files import check_output
+    from hadw.safe_files import check_figure, check_output
 
     for name in (MANIFEST, COMPARE_MD, COMPARE_JSON):
         check_output(Path(out_dir) / name, f"--out {name}", owned_report(name), overwrite)
+    check_figure(Path(out_dir) / COMPARE_PNG, f"--out {COMPARE_PNG}", overwrite, owned_sweep_figure)
+
+
+def owned_sweep_figure(data: bytes) -> bool:
+    """A figure hadw drew, or (in a sweep folder, under the name hadw gives it) one that a version before the
+    marker drew with matplotlib."""
+    from hadw.safe_files import owned_figure
+
+    return owned_figure(data) or b"Matplotlib" in data
 
 
 def write_report(out_dir: str | Path, name: str, text: str, overwrite: bool = False) -> Path:

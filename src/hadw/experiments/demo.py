@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ class DemoSettings:
     # points (addition and sums); 2e-4 and above make GRPO lose accuracy (sums L1-3: +0.04 overall vs +0.14).
     lr: float = 1e-4
     mini_batch_prompts: int = 4  # 4 optimiser steps per rollout batch of 16 prompts
+    overwrite: bool = False  # replace result files in out_dir that hadw demo did not write
 
 
 def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
@@ -127,14 +129,12 @@ def warm_start(
         digest = record["files"][W.WEIGHTS][:12]
         log(f"reusing warm start in {model_dir} (built here for this request; sha256 {digest})")
         return model_dir
-    if model_dir.exists() or model_dir.is_symlink():
-        if not (model_dir / W.RECORD).is_file() or model_dir.is_symlink():
-            raise W.WarmStartError(
-                f"{model_dir} exists and hadw did not build it (no {W.RECORD}); move it away or pick another --out-dir"
-            )
+    _check_ours(model_dir)
+    if model_dir.exists():
         log(f"rebuilding the warm start in {model_dir}: it was built for another request")
     torch.manual_seed(seed)
-    model, tokenizer = load_model(build_tiny_model(out_dir / "random_init", seed=seed, **(model_shape or {})))
+    with tempfile.TemporaryDirectory(prefix="hadw-random-init-") as scratch:  # never a folder of out_dir's
+        model, tokenizer = load_model(build_tiny_model(Path(scratch) / "model", seed=seed, **(model_shape or {})))
     cfg = SFTConfig(
         task=DEMO_TASK,
         levels=levels,
@@ -148,9 +148,13 @@ def warm_start(
     result = sft_warm_start(model, tokenizer, cfg, log=lambda e: log(_format_sft(e)), progress="auto")
     level_accuracy = {k.removeprefix("sft/acc_"): v for k, v in result.history[-1].items() if k.startswith("sft/acc_")}
     tmp = out_dir / ".warm_start.tmp"
-    for stale in (tmp, model_dir):  # both ours: the temporary name, and a start with our record (checked above)
-        if stale.exists():
-            shutil.rmtree(stale)
+    if tmp.is_symlink():  # a planted link: removed itself, never its target
+        tmp.unlink()
+    elif tmp.exists():  # ours: the temporary name of a build that stopped
+        shutil.rmtree(tmp)
+    _check_ours(model_dir)  # again: SFT took minutes, and the folder may have changed meanwhile
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     result_record = {"steps": result.steps, "accuracy": result.accuracy, "level_accuracy": level_accuracy}
@@ -162,6 +166,18 @@ def warm_start(
     )
     W.check_floor(level_accuracy, TINY_WARM_START_LEVEL_FLOOR, f"warm start {model_dir}", hint)
     return model_dir
+
+
+def _check_ours(model_dir: Path) -> None:
+    """WarmStartError unless `model_dir` is absent or exactly a warm start hadw built (warm_starts.built_here): a
+    folder of the user's, with a record copied in or anything added, is never replaced or removed."""
+    from hadw.train import warm_starts as W
+
+    if (model_dir.exists() or model_dir.is_symlink()) and not W.built_here(model_dir):
+        raise W.WarmStartError(
+            f"{model_dir} exists and hadw did not build it (a link, no {W.RECORD}, or files its record does not "
+            "list); move it away or pick another --out-dir"
+        )
 
 
 def demo_warm_start(settings: DemoSettings, out: Path) -> Path:
@@ -257,6 +273,41 @@ def claim_demo_run(run_dir: Path) -> None:
     (run_dir / DEMO_MARKER).write_text("made by hadw demo; the next hadw demo in this folder replaces it\n")
 
 
+# The result files `hadw demo` writes in its --out-dir, recognised as its own by their first bytes (the marker, or
+# how a version before the marker began them); a figure by hadw's mark (or matplotlib's, under this name).
+DEMO_JSON, DEMO_MD, DEMO_PNG = "demo_results.json", "demo_results.md", "demo_curves.png"
+_LEGACY_STARTS = {DEMO_JSON: b'{\n "initial": ', DEMO_MD: b"| level | n | warm start |"}
+
+
+def _owned_result(name: str):
+    from hadw.safe_files import owned_json, owned_markdown
+
+    marked = owned_markdown("demo") if name.endswith(".md") else owned_json("demo")
+    return lambda data: marked(data) or data.startswith(_LEGACY_STARTS[name])
+
+
+def check_demo_outputs(out: Path, overwrite: bool) -> None:
+    """Each result file of the demo may be written (hadw.safe_files.check_output: no link, no special file, no
+    file hadw demo did not write unless overwrite): checked before the warm start and the training, not after."""
+    from hadw.experiments.compare import owned_sweep_figure
+    from hadw.safe_files import check_figure, check_output
+
+    for name in (DEMO_JSON, DEMO_MD):
+        check_output(out / name, f"--out-dir {name}", _owned_result(name), overwrite)
+    check_figure(out / DEMO_PNG, f"--out-dir {DEMO_PNG}", overwrite, owned_sweep_figure)
+
+
+def _write_results(out: Path, summary: dict, table: str, overwrite: bool) -> None:
+    """demo_results.json / .md, each marked as the demo's (what check_demo_outputs recognises)."""
+    from hadw.safe_files import markdown_marker, write_output
+
+    data = {"written_by": "hadw demo", **summary}
+    write_output(out / DEMO_JSON, json.dumps(data, indent=1) + "\n", f"--out-dir {DEMO_JSON}",
+                 _owned_result(DEMO_JSON), overwrite)  # fmt: skip
+    write_output(out / DEMO_MD, markdown_marker("demo") + table + "\n", f"--out-dir {DEMO_MD}",
+                 _owned_result(DEMO_MD), overwrite)  # fmt: skip
+
+
 def run_demo(settings: DemoSettings) -> str:
     from transformers.utils import logging as hf_logging
 
@@ -266,6 +317,7 @@ def run_demo(settings: DemoSettings) -> str:
     torch.set_num_threads(1)
     start = time.perf_counter()
     out = settings.out_dir
+    check_demo_outputs(out, settings.overwrite)  # before minutes of SFT and RL
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"[1/3] warm start: tiny Qwen2 model after SFT on {DEMO_TASK} levels {DEMO_LEVELS} (until greedy accuracy "
@@ -298,10 +350,10 @@ def run_demo(settings: DemoSettings) -> str:
     print("[3/3] greedy accuracy on held-out problems (change vs the warm start):")
     finals = {name: final_eval(run_dir) for name, run_dir in runs.items()}
     table = results_table(initial, finals)
-    plot = plot_runs(runs, out / "demo_curves.png", initial=initial)
+    check_demo_outputs(out, settings.overwrite)  # again: the folder may have changed during the training
+    plot = plot_runs(runs, out / DEMO_PNG, initial=initial)
     summary = {"initial": initial, "final": finals, "seconds": time.perf_counter() - start}
-    (out / "demo_results.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    (out / "demo_results.md").write_text(table + "\n", encoding="utf-8")
+    _write_results(out, summary, table, settings.overwrite)
     print(table)
-    print(f"curves: {plot}   results: {out / 'demo_results.json'}   total {summary['seconds']:.0f} s")
+    print(f"curves: {plot}   results: {out / DEMO_JSON}   total {summary['seconds']:.0f} s")
     return table

@@ -448,6 +448,14 @@ def task_table(specs: Sequence[RunSpec]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runtime_env_shown(runtime_env: dict | None) -> dict | None:
+    """A runtime_env as hadw prints it (--dry-run): env_vars by name only, as the sweep's log shows them. A value
+    may be a secret (HF_TOKEN, WANDB_API_KEY), and a dry run's output goes to terminals, logs and issue reports."""
+    if not runtime_env or not isinstance(runtime_env.get("env_vars"), dict):
+        return runtime_env
+    return {**runtime_env, "env_vars": sorted(runtime_env["env_vars"])}
+
+
 def dry_run(specs: Sequence[RunSpec], launcher: str, options: RayOptions | SlurmOptions, out_dir: str | Path) -> str:
     """What `launch` would submit, as text (the batch script or the Ray task spec, then the task table);
     runs already finished are left out, as launch leaves them out. Submits and writes nothing."""
@@ -463,10 +471,11 @@ def dry_run(specs: Sequence[RunSpec], launcher: str, options: RayOptions | Slurm
             "max_parallel": options.max_parallel,
             "threads_per_run": options.threads,
             "local_cpus": options.local_cpus if options.address == "local" else None,
-            "runtime_env": options.runtime_env,
+            "runtime_env": runtime_env_shown(options.runtime_env),
             "function": f"{run_on_node.__module__}.run_on_node(spec, cwd={os.getcwd()!r}, where='ray')",
         }
-        body = "# Ray task spec\n" + "\n".join(f"{key}: {value}" for key, value in spec.items()) + "\n"
+        body = "# Ray task spec (runtime_env's env_vars: names only, values not shown)\n"
+        body += "\n".join(f"{key}: {value}" for key, value in spec.items()) + "\n"
     return head + body + f"\n# {launcher} task -> arm, seed\n" + task_table(todo)
 
 

@@ -138,15 +138,39 @@ def _get(box: queue.SimpleQueue, timeout_s: float | None) -> Any:
                 raise
 
 
-def _in_cwd(call: Callable[[], object]) -> object:
-    """call(), then back to the working directory it started in: a reward that changes directory (a sandbox for
-    generated code) must not move the trainer or the next reward."""
-    cwd = os.getcwd()
-    try:
-        return call()
-    finally:
-        with contextlib.suppress(OSError):
-            os.chdir(cwd)
+class _Cwd:
+    """The working directory a reward thread started in, put back after each call while the caller still
+    waits for the thread: a reward that changes directory (a sandbox for generated code) must not move the
+    trainer or the next reward. The working directory is the whole process's: once the caller has given up on
+    the thread (abandon(), a timeout), the thread never touches it again; the caller puts it back itself, and
+    what the thread does later cannot move a run that has since moved on (issue 39, finding 11)."""
+
+    def __init__(self) -> None:
+        self.path = os.getcwd()
+        self.lock = threading.Lock()
+        self.abandoned = False
+
+    def restore(self) -> None:
+        """Back to self.path, unless abandoned (the caller may have chdir'ed since: it owns the directory)."""
+        with self.lock:
+            if not self.abandoned:
+                with contextlib.suppress(OSError):
+                    os.chdir(self.path)
+
+    def run(self, call: Callable[[], object]) -> object:
+        """call(), then restore()."""
+        try:
+            return call()
+        finally:
+            self.restore()
+
+    def abandon(self) -> None:
+        """The caller gives up on the thread: back to self.path now, and never again from the thread."""
+        with self.lock:
+            self.abandoned = True
+            with contextlib.suppress(OSError):
+                if os.getcwd() != self.path:
+                    os.chdir(self.path)
 
 
 def _per_item(
@@ -166,11 +190,12 @@ def _per_item(
             failures += [ItemError(j, TIMEOUT, message) for j in range(i, n)]
             break
         results: queue.SimpleQueue = queue.SimpleQueue()
+        cwd = _Cwd()
 
-        def work(start: int = i, results: queue.SimpleQueue = results) -> None:
+        def work(start: int = i, results: queue.SimpleQueue = results, cwd: _Cwd = cwd) -> None:
             for j in range(start, n):
                 try:
-                    results.put((j, None, check_score(_in_cwd(lambda j=j: item(j)))))
+                    results.put((j, None, check_score(cwd.run(lambda j=j: item(j)))))
                 except BaseException as e:  # SystemExit / os._exit included: counted, never fatal
                     results.put((j, _failure(j, e), 0.0))
 
@@ -179,6 +204,7 @@ def _per_item(
             try:
                 j, failure, value = _get(results, timeout_s)
             except queue.Empty:
+                cwd.abandon()
                 failures.append(ItemError(i, TIMEOUT, f"no result within {timeout_s:g} s"))
                 i, in_a_row = i + 1, in_a_row + 1
                 break  # abandon the stuck thread; go on with the next item in a new one
@@ -206,10 +232,11 @@ def _call_with_timeout(call: Callable[[], object], timeout_s: float | None) -> o
     (SystemExit and os._exit included) is raised here."""
     _guard_os_exit()
     box: queue.SimpleQueue = queue.SimpleQueue()
+    cwd = _Cwd()
 
     def work() -> None:
         try:
-            box.put((True, _in_cwd(call)))
+            box.put((True, cwd.run(call)))
         except BaseException as e:  # SystemExit / RewardExit too: handed to the caller, never lost
             box.put((False, e))
 
@@ -217,6 +244,7 @@ def _call_with_timeout(call: Callable[[], object], timeout_s: float | None) -> o
     try:
         ok, value = _get(box, timeout_s)
     except queue.Empty:
+        cwd.abandon()
         raise TimeoutError(f"no result within {timeout_s:g} s") from None
     if not ok:
         raise value  # type: ignore[misc]

@@ -28,17 +28,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from hadw.errors import UserError
 from hadw.processes import RunningClock, die_with_parent
 from hadw.rewards.scores import RewardExit, check_score, item_failure
 
 ItemFn = Callable[[str, str], float]
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy machine
+MAX_START_RESTARTS = 3  # workers killed by a signal while starting, replaced within one call
+
+
+class WorkerLoadError(UserError):
+    """A function the pool was given could not be loaded in a worker (its module fails to import there)."""
+
+
+def _name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)!s}"
 
 
 @dataclass(frozen=True)
 class Outcome:
     """status: "ok" (value is the score; `result` what a `call` returned), "error" (the function raised;
-    message says what), "timeout", or "fatal" (a worker could not load the function; raised as RuntimeError,
+    message says what), "timeout", or "fatal" (a worker could not load the function; raised as WorkerLoadError,
     never returned)."""
 
     status: str
@@ -77,9 +87,12 @@ def _worker_main(conn: Connection, warm_up: bool, parent_pid: int | None = None)
     to stop. Messages out: "ready" after start-up / loading a function, an Outcome per item or call."""
     if parent_pid is not None:
         die_with_parent(parent_pid)
-    # Ctrl-C or a closed terminal signals the whole process group: the trainer stops at a safe point (it finishes
-    # the step, whose rewards run here); a worker that died with it would fail the step's items.
-    for name in ("SIGINT", "SIGHUP"):
+    # Ctrl-C, a closed terminal and `timeout` / a scheduler's kill of the job signal the whole process group: the
+    # trainer stops at a safe point (it finishes the step and the final evaluation, whose rewards run here); a worker
+    # that died with it would fail those items, or break the pipe the trainer sends the next item on (issue 39,
+    # finding 12: the run then ended without its checkpoint). A worker still ends with its trainer (die_with_parent,
+    # SIGKILL) and when the pool closes (close: SIGKILL after 1 s).
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
     if warm_up:
@@ -139,6 +152,8 @@ class VerifierPool:
     """`num_workers` processes; map(fn, completions, answers, timeout_s) -> one Outcome per item."""
 
     def __init__(self, num_workers: int = 2, start_method: str = "spawn", warm_up: bool = True):
+        if not 1 <= num_workers <= MAX_WORKERS:  # no worker: map() would wait forever
+            raise ValueError(f"num_workers={num_workers}: allowed 1 to {MAX_WORKERS}")
         self.ctx = mp.get_context(start_method)
         self.num_workers, self.warm_up = num_workers, warm_up
         self.workers: list[_Worker] = []
@@ -148,6 +163,31 @@ class VerifierPool:
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
         self.workers[self.workers.index(worker)] = _Worker(self.ctx, self.warm_up)
+
+    def _hand_out(self, worker: _Worker, fn: Callable, kind: str, payload: tuple) -> bool:
+        """Send `payload` to a ready, idle worker (True), or first `fn` when it holds another function (False: it
+        answers "ready" once loaded). A worker found dead at the send (a kill since its last message: the pipe is
+        broken) is replaced and the item waits for another (False); a BrokenPipeError must not end the trainer."""
+        try:
+            if worker.fn is not fn:
+                worker.load(fn)
+                return False
+            worker.conn.send((kind, payload))
+        except OSError:
+            self._replace(worker)
+            return False
+        return True
+
+    def _restart_starting(self, worker: _Worker, restarts: int) -> int:
+        """A worker died while starting or loading a function. Killed by a signal (a kill of the process group
+        before its handlers were set, the OOM killer): replaced, a few times per call; exited by itself (its
+        function's module failed to import): RuntimeError."""
+        worker.process.join(timeout=1.0)
+        code = worker.process.exitcode
+        if code is None or code >= 0 or restarts >= MAX_START_RESTARTS:
+            raise RuntimeError(f"a verifier worker died while starting (exit code {code}); see its stderr")
+        self._replace(worker)
+        return restarts + 1
 
     def map(self, fn: ItemFn, completions: Sequence[str], answers: Sequence[str], timeout_s: float) -> list[Outcome]:
         """Run fn(completions[i], answers[i]) for all i across the workers, each within timeout_s seconds
@@ -174,18 +214,14 @@ class VerifierPool:
 
     def _map(self, fn: Callable, kind: str, payloads: list[tuple], timeout_s: float) -> list[Outcome]:
         clock = RunningClock()  # deadlines do not count the time this process was stopped
+        restarts = 0  # workers killed while starting (_restart_starting)
         results: list[Outcome | None] = [None] * len(payloads)
         todo = deque(range(len(payloads)))
         running: dict[_Worker, tuple[int, float]] = {}  # worker -> (item, deadline)
         while todo or running:
-            for worker in self.workers:
-                if worker.ready and worker not in running and todo:
-                    if worker.fn is not fn:
-                        worker.load(fn)
-                        continue
-                    i = todo.popleft()
-                    worker.conn.send((kind, payloads[i]))
-                    running[worker] = (i, clock() + timeout_s)
+            for worker in [w for w in self.workers if w.ready and w not in running]:
+                if todo and self._hand_out(worker, fn, kind, payloads[todo[0]]):
+                    running[worker] = (todo.popleft(), clock() + timeout_s)
             waiting = [w for w in self.workers if w in running or not w.ready]
             now = clock()
             waits = [d - now for _, d in running.values()]  # running time (clock)
@@ -197,7 +233,8 @@ class VerifierPool:
                     message = worker.conn.recv()
                 except (EOFError, OSError):  # the worker died (segfault, OOM kill): replace it
                     if not worker.ready:
-                        raise RuntimeError("a verifier worker died while starting; see its stderr") from None
+                        restarts = self._restart_starting(worker, restarts)
+                        continue
                     worker.process.join(timeout=1.0)
                     code = worker.process.exitcode
                     message = Outcome("error", 0.0, f"verifier worker died (exit code {code})", "exit")
@@ -206,7 +243,11 @@ class VerifierPool:
                     worker.ready = True
                     continue
                 if message.status == "fatal":
-                    raise RuntimeError(f"a verifier worker could not load {fn!r}: {message.message}")
+                    raise WorkerLoadError(
+                        f"the verifier pool could not load {_name(fn)} in its worker process ({message.message}); a "
+                        "reward that runs there is imported again in a fresh process, so its module must import "
+                        "there too (on sys.path, without state only the trainer's process has)"
+                    )
                 i, _ = running.pop(worker)
                 results[i] = message
             now = clock()
@@ -237,9 +278,25 @@ _POOL_OPTIONS: dict = {}
 _POOL_LOCK = threading.Lock()
 
 
+MAX_WORKERS = 256
+
+
 def default_num_workers() -> int:
-    """$HADW_VERIFY_WORKERS, else min(4, CPU count)."""
-    return int(os.environ.get("HADW_VERIFY_WORKERS", min(4, os.cpu_count() or 1)))
+    """$HADW_VERIFY_WORKERS, else min(4, CPU count). A value that is not a whole number from 1 to MAX_WORKERS is a
+    UserError naming it (0 or less left the pool with no worker, and every scoring waited forever)."""
+    raw = os.environ.get("HADW_VERIFY_WORKERS", "").strip()
+    if not raw:
+        return min(4, os.cpu_count() or 1)
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise UserError(
+            f"HADW_VERIFY_WORKERS={raw!r}: the verifier pool's worker processes; allowed: a whole number from 1 to "
+            f"{MAX_WORKERS} (unset: min(4, CPU count))"
+        )
+    return n
 
 
 def configure_pool(num_workers: int | None = None, start_method: str = "spawn") -> None:

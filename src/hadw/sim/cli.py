@@ -53,6 +53,22 @@ def _check_numbers(steps, prompts, group_size, eval_every, spread, skill_lr, lam
         raise SimInputError(f"--anchor {anchor!r}: unknown anchor; allowed: {', '.join(ANCHORS)}")
 
 
+def _owned_json(data: bytes) -> bool:
+    """A --json file hadw sim wrote (its marker, or how a version before the marker began the file)."""
+    from hadw.safe_files import owned_json
+
+    return owned_json("sim")(data) or data.startswith(b'{\n "settings": ')
+
+
+def _check_outputs(plot_path: Path, json_path: str | None, overwrite: bool) -> None:
+    """--plot and --json follow the rules of every file hadw writes (hadw.safe_files.check_output)."""
+    from hadw.safe_files import check_figure, check_output
+
+    check_figure(plot_path, "--plot", overwrite)
+    if json_path not in (None, "-"):
+        check_output(Path(json_path), "--json", _owned_json, overwrite)
+
+
 def sim(
     arms: Annotated[
         str,
@@ -134,11 +150,16 @@ def sim(
         ),
     ] = 0.013,
     eval_every: Annotated[int, typer.Option("--eval-every", help="Record the true accuracy every N steps.")] = 5,
-    plot_path: Annotated[Path, typer.Option("--plot", help="PNG of the learning curves.")] = Path("runs/sim/sim.png"),
+    plot_path: Annotated[
+        Path, typer.Option("--plot", help="Figure of the learning curves (.png, .pdf, .svg, .eps or .ps).")
+    ] = Path("runs/sim/sim.png"),
     json_path: Annotated[
         str | None, typer.Option("--json", help="Write the results as JSON to this file ('-' = stdout).")
     ] = None,
     threads: Annotated[int, typer.Option("--threads", help="torch threads (the work is many small ops).")] = 1,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace existing output files that hadw did not write.")
+    ] = False,
 ) -> None:
     """Simulate GRPO ± HA-DW on prompts with known success rates; curves per difficulty level, over seeds."""
     import torch
@@ -153,6 +174,7 @@ def sim(
         raise SimInputError(f"--arms {arms!r}: allowed arms are {', '.join(ARMS)}")
     if not paired_sd > 0:
         raise SimInputError(f"--paired-sd {paired_sd}: must be > 0")
+    _check_outputs(plot_path, json_path, overwrite)  # before the simulation, not after
     settings = SimSettings(
         model=model,
         prompts_per_level=parse_ints(level_prompts, "--level-prompts"),
@@ -200,8 +222,10 @@ def sim(
     if json_path == "-":
         typer.echo(json.dumps(to_json(result, paired_sd=paired_sd), indent=1))
     elif json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(to_json(result, paired_sd=paired_sd), indent=1) + "\n", encoding="utf-8")
+        from hadw.safe_files import write_output
+
+        data = {"written_by": "hadw sim", **to_json(result, paired_sd=paired_sd)}
+        write_output(Path(json_path), json.dumps(data, indent=1) + "\n", "--json", _owned_json, overwrite)
 
 
 def register(app: typer.Typer) -> None:

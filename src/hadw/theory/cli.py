@@ -325,14 +325,20 @@ def plot_cmd(
         int, typer.Option("--points", help="Mean rewards evaluated in the continuous figure (≥ 2).")
     ] = 25,
     as_json: Annotated[bool, JsonFlag] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace existing PNG files of these names that hadw did not draw.")
+    ] = False,
 ) -> None:
     """Write bias_binary.png (|bias| vs p per G, Figure 2) and bias_continuous.png (Beta rewards, Figure 5)."""
+    from hadw.safe_files import check_figure
     from hadw.theory import plots  # matplotlib only when plotting
 
     group_sizes = _check_groups(group_sizes)
     if points < 2 or concentration <= 0 or not 0 <= sigma < 1:
         raise typer.BadParameter("need --points ≥ 2, --concentration > 0 and 0 ≤ --sigma < 1")
     binary_path, continuous_path = out_dir / "bias_binary.png", out_dir / "bias_continuous.png"
+    for path in (binary_path, continuous_path):  # both before drawing either
+        check_figure(path, f"--out-dir {path.name}", overwrite)
     data_binary = plots.plot_binary_bias(binary_path, group_sizes)
     data_cont = plots.plot_continuous_bias(continuous_path, group_sizes, sigma, concentration, points)
     data = {

@@ -96,6 +96,11 @@ def validate(cfg: Config) -> None:
     _choice("rollout.recompute_logprobs", r.recompute_logprobs, ("auto", "always", "never"))
     _choice("rollout.decoder", r.decoder, DECODERS)
     _range("rollout.group_size", r.group_size, 2, 1 << 16)
+    if r.temperature == 0:  # issue 39: a short run ended before the no-signal warning (3 steps) could say so
+        raise ConfigError(
+            "rollout.temperature=0 is not allowed; allowed: (0, 10]. At 0 every response of a group is the same "
+            "greedy one, so every group scores the same and there is no learning signal"
+        )
     _range("rollout.temperature", r.temperature, 0.0, 10.0)
     _range("rollout.top_p", r.top_p, 1e-6, 1.0)
     _range("rollout.max_new_tokens", r.max_new_tokens, 1, 1 << 20)

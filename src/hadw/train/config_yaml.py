@@ -28,13 +28,20 @@ class _DuplicateKeyError(yaml.YAMLError):
         self.key, self.line, self.first = key, line, first
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader (no Python tags: a !!python/object never runs) that refuses a key given twice in
-    one mapping, where YAML would silently keep the last."""
+    one mapping, where YAML would silently keep the last. Merge keys (`<<: *base`) are YAML: the mapping gets
+    base's keys, and its own keys override them (it was refused, with advice about quoting that did not apply)."""
 
     def construct_mapping(self, node, deep=False):
+        own = [key_node for key_node, _ in node.value if key_node.tag != _MERGE_TAG]
+        if isinstance(node, yaml.MappingNode):  # `<<: *base` (a YAML merge key): base's keys, the mapping's own win
+            self.flatten_mapping(node)
         seen: dict[object, int] = {}
-        for key_node, _ in node.value:
+        for key_node in own:  # a key given twice by hand, not one that overrides a merged key
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.setdefault(key, key_node.start_mark.line + 1)

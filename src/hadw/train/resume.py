@@ -22,7 +22,7 @@ from hadw.train.checkpoint import (
 )
 from hadw.train.config import Config
 from hadw.train.policy_setup import warmup_lambda
-from hadw.train.run_dir import RunDirError, config_differences, holds_run, saved_config
+from hadw.train.run_dir import RunDirError, check_trained_parameters_kept, config_differences, holds_run, saved_config
 
 # Config keys whose change makes a saved anchor history incompatible.
 ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
@@ -74,8 +74,14 @@ class ResumeChecks:
     def _resume_from(self, checkpoint: Path, accept_changes: bool) -> None:
         """Load a checkpoint; settings that differ from the saved run's are refused unless accepted, and
         then really applied (lr, betas, weight decay, anchor), so config.yaml says what actually runs."""
-        saved = read_state_json(checkpoint)["config"]  # its fields checked first (CheckpointError)
-        diffs = self._check_settings(saved, checkpoint, accept_changes)
+        state_json = read_state_json(checkpoint)  # its fields checked first (CheckpointError)
+        if state_json["step"] > self.cfg.train.steps:  # else the loop never runs and the run ends "done"
+            raise RunDirError(
+                f"--resume: {checkpoint} is at step {state_json['step']}, past train.steps={self.cfg.train.steps}; "
+                f"allowed: train.steps >= {state_json['step']} to go on from it"
+            )
+        diffs = self._check_settings(state_json["config"], checkpoint, accept_changes)
+        check_trained_parameters_kept(diffs, checkpoint)  # before loading blames the checkpoint
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.start_step = state["step"]
         anchor_keys = [d for d in diffs if d.startswith(ANCHOR_SETTINGS)]

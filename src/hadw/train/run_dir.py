@@ -236,6 +236,22 @@ def config_differences(saved: dict, new: dict, defaults: dict | None = None) -> 
     return diffs
 
 
+# The settings that decide which parameters a run trains. A checkpoint's weights and optimiser state are those
+# parameters', so --accept-changes cannot apply a change of them (turning LoRA on failed as a damaged checkpoint).
+TRAINED_PARAMETER_KEYS = ("model.lora.enabled", "model.lora.rank", "model.lora.target_modules")
+
+
+def check_trained_parameters_kept(diffs: list[str], checkpoint: Path) -> None:
+    """RunDirError naming the change when `diffs` (config_differences) change which parameters the run trains."""
+    changed = [d for d in diffs if d.split(":", 1)[0] in TRAINED_PARAMETER_KEYS]
+    if changed:
+        raise RunDirError(
+            f"--resume --accept-changes: {'; '.join(changed)} changes which parameters the run trains, and "
+            f"{checkpoint} holds the weights and optimiser state of the ones it trained; a resume cannot apply it. "
+            f"Start a new run from its weights instead: model.path={checkpoint / 'model'} and a new train.output_dir"
+        )
+
+
 def saved_config(run_dir: Path) -> dict:
     """The config.yaml a run wrote in run_dir, as a mapping ({} when there is none); a file that is not
     the YAML mapping a run writes (damaged, an alias bomb, a list) is a RunDirError."""

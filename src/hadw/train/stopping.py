@@ -7,6 +7,7 @@ A part of hadw.train.trainer.Trainer (a mixin: its methods use the trainer's fie
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -40,8 +41,11 @@ class SignalStops:
             self._stop_signal = signum
             if signum == signal.SIGHUP:
                 detach_from_a_closed_terminal()
-            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone: the stop must go on
-                print(f"\n{signal.Signals(signum).name}: finishing the current step, then saving", file=sys.stderr)
+            # os.write, not print: the handler may run inside a write to sys.stderr (a progress line), where print
+            # raises "reentrant call" and the stop would be lost with the step. After SIGHUP the terminal may be gone.
+            line = f"\n{signal.Signals(signum).name}: finishing the current step, then saving\n"
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode("utf-8", "replace"))
 
         for signum in STOP_SIGNALS:
             previous[signum] = signal.signal(signum, handler)

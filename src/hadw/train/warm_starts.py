@@ -72,9 +72,19 @@ def sha256_files(folder: Path) -> dict[str, str]:
 
 
 def shipped() -> dict[str, WarmStart]:
-    """Every shipped warm start, by name."""
-    entries = json.loads(MANIFEST.read_text(encoding="utf-8"))
-    return {e["name"]: WarmStart(**{**e, "levels": tuple(e["levels"])}) for e in entries["warm_starts"] if "name" in e}
+    """Every shipped warm start, by name. A manifest that is not JSON, or an entry with a missing, unknown or
+    mistyped field, is a WarmStartError naming the manifest (it was a traceback)."""
+    try:
+        entries = json.loads(MANIFEST.read_text(encoding="utf-8"))["warm_starts"]
+        starts = [WarmStart(**{**e, "levels": tuple(e["levels"])}) for e in entries if "name" in e]
+        for start in starts:
+            if not isinstance(start.files, dict) or not all(isinstance(v, str) for v in start.files.values()):
+                raise TypeError(f"entry {start.name!r}: 'files' must map file names to sha256 strings")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise WarmStartError(
+            f"{MANIFEST}: not a usable warm-start manifest ({type(err).__name__}: {err}); reinstall hadw"
+        ) from None
+    return {start.name: start for start in starts}
 
 
 def get(name: str) -> WarmStart:
@@ -89,7 +99,13 @@ def verify(folder: Path, files: dict[str, str], what: str) -> None:
     """WarmStartError unless `folder` holds exactly `files` with those sha256 (nothing loaded is trusted unchecked)."""
     if not folder.is_dir() or folder.is_symlink():
         raise WarmStartError(f"{what}: {folder} is missing (reinstall hadw, or rebuild it)")
-    found = sha256_files(folder)
+    # Every entry, not only the regular files: a link or a subfolder is loaded too (a linked added_tokens.json
+    # changed the tokenizer and passed, issue 39).
+    odd = sorted(p.name for p in folder.iterdir() if p.is_symlink() or not p.is_file())
+    if odd:
+        listed = ", ".join(odd)
+        raise WarmStartError(f"{what}: {folder} holds links or folders it should not ({listed}); reinstall hadw")
+    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
     for name, digest in files.items():
         if found.get(name) != digest:
             got = found.get(name, "missing")[:12]
@@ -127,6 +143,23 @@ def write_record(folder: Path, request: dict, result: dict) -> None:
 
     record = {"request": request, "result": result, "files": sha256_files(folder)}
     atomic_write_text(folder / RECORD, json.dumps(record, indent=1) + "\n")
+
+
+def built_here(folder: Path) -> bool:
+    """True when `folder` holds exactly a warm start hadw built: its record and the files the record lists, unchanged,
+    and nothing else (no link, no subfolder, no other file). Only such a folder may be replaced; a user's folder
+    with a record copied in, or with anything added to it, is not hadw's to remove (issue 39, finding 6)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    path = folder / RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and not path.is_symlink() else None
+    except (OSError, ValueError):
+        return False
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return False
+    return {p.name for p in folder.iterdir()} == {*files, RECORD} and sha256_files(folder) == files
 
 
 def reusable(folder: Path, request: dict) -> dict | None:
