@@ -12,7 +12,7 @@ the checkpoint's files must load (state.json, trainer_state.pt with weights_only
 Found with it (issue 39, finding 12): the group's SIGTERM killed the verifier workers; the trainer's next send to one
 raised BrokenPipeError, which click turns into a silent exit 1: no stop line, no checkpoint.
 
-Usage: python benchmarks/sigterm_stress.py [--tries 200] [--out /tmp/sigterm_stress] [--seed 0]
+Usage: python benchmarks/sigterm_stress.py [--tries 200] [--out /tmp/sigterm_stress] [--seed 0] [--after-row 8]
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def loads(checkpoint: Path) -> str:
     return ""
 
 
-def one_try(tiny: Path, run: Path, rng: random.Random, span_s: float) -> tuple[str, float, int, str]:
+def one_try(
+    tiny: Path, run: Path, rng: random.Random, span_s: float, after_row: int | None = None
+) -> tuple[str, float, int, str]:
     """(verdict, delay, exit code, stderr tail): verdict '' when the try passed."""
     from hadw.train.checkpoint import latest_checkpoint
 
@@ -75,7 +77,7 @@ def one_try(tiny: Path, run: Path, rng: random.Random, span_s: float) -> tuple[s
     with open(err_path, "w") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     metrics = run / "metrics.jsonl"
-    row, delay = rng.randint(1, STEPS), rng.uniform(0.0, span_s)  # after that step's row: its boundary, or the end
+    row, delay = after_row or rng.randint(1, STEPS), rng.uniform(0.0, span_s)  # after that step's row (STEPS: the end)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if metrics.is_file() and metrics.read_bytes().count(b"\n") >= row:
@@ -114,6 +116,7 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("/tmp/sigterm_stress"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--after-row", type=int, default=None, help=f"always after this step's row ({STEPS}: the end)")
     parser.add_argument("--span-s", type=float, default=0.3, help="signal 0..span-s after a step's row")
     args = parser.parse_args()
     from hadw.rollout import build_tiny_model
@@ -124,7 +127,7 @@ def main() -> None:
         build_tiny_model(tiny, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
     rng, failed, late, codes = random.Random(args.seed), 0, 0, {}
     for i in range(args.tries):
-        verdict, delay, code, tail = one_try(tiny, args.out / f"run{i:04d}", rng, args.span_s)
+        verdict, delay, code, tail = one_try(tiny, args.out / f"run{i:04d}", rng, args.span_s, args.after_row)
         codes[code] = codes.get(code, 0) + 1
         if verdict == "late":
             late += 1
