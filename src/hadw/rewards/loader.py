@@ -109,15 +109,9 @@ class ImportPathCall:
         with contextlib.suppress(Exception):
             _import(self.spec, self.folder)  # cached: the calls find it loaded (or raise the import's error)
 
-    def __call__(
-        self,
-        completions: list[str],
-        prompts: list[str],
-        columns: Mapping[str, list],
-        completion_format: str = "text",
-        extra: Mapping[str, Any] | None = None,
-    ) -> list[object]:
-        return _trl_call(_import(self.spec, self.folder), completions, prompts, columns, completion_format, extra)
+    def __call__(self, *args: Any) -> list[object]:
+        """_trl_call's arguments after the function: (completions, prompts, columns, completion_format, extra)."""
+        return _trl_call(_import(self.spec, self.folder), *args)
 
 
 @dataclass(frozen=True)
@@ -129,15 +123,9 @@ class TRLReward:
     fn: Callable[..., Sequence[float | None]]
     remote: ImportPathCall | None = None
 
-    def _call(
-        self,
-        completions: list[str],
-        prompts: list[str],
-        columns: Mapping[str, list],
-        completion_format: str = "text",
-        extra: Mapping[str, Any] | None = None,
-    ) -> list[object]:
-        return _trl_call(self.fn, completions, prompts, columns, completion_format, extra)
+    def _call(self, *args: Any) -> list[object]:
+        """_trl_call's arguments after the function, as ImportPathCall takes them."""
+        return _trl_call(self.fn, *args)
 
     def run(
         self,
