@@ -269,8 +269,11 @@ def test_samples_record_every_completion_and_the_stats_count_answers_and_truncat
     notes = completion_notes(result.stats)
     assert notes[0].startswith("greedy: 4 completions, 75.0% with an extracted answer, 25.0% truncated")
     assert not any(n.startswith("warning") for n in notes)
-    silent = {"greedy": {**greedy, "answered": 0.0}, "memory": result.stats["memory"]}
+    silent = {"greedy": {**greedy, "answered": 0.0, "scored": 0.0}, "memory": result.stats["memory"]}
     assert completion_notes(silent)[-1].startswith("warning: no greedy completion has an extractable answer")
+    # a reward of the user's that reads no \boxed{} scored 71 %: no "every score is 0" (it said so before)
+    own_reward = {"greedy": {**greedy, "answered": 0.0, "scored": 0.71}, "memory": result.stats["memory"]}
+    assert not any(n.startswith("warning") for n in completion_notes(own_reward))
 
 
 def test_eval_cli_writes_samples_and_reports_greedy_without_a_temperature(tmp_path):

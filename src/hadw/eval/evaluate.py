@@ -98,13 +98,14 @@ def extracted_answer(completion: str, reward: str) -> str | None:
 
 
 def completion_stats(samples: Sequence[dict], seconds: float) -> dict[str, float]:
-    """completions, answered (share with an extracted answer), truncated (share stopped by the length
-    limit), tokens (generated), tokens_per_s (over the generation wall time)."""
+    """completions, answered (share with an extracted answer), scored (share the reward scored above 0), truncated
+    (share stopped by the length limit), tokens (generated), tokens_per_s (over the generation wall time)."""
     n = max(len(samples), 1)
     tokens = sum(s["tokens"] for s in samples)
     return {
         "completions": float(len(samples)),
         "answered": sum(s["extracted"] is not None for s in samples) / n,
+        "scored": sum(s["score"] > 0 for s in samples) / n,
         "truncated": sum(s["finish_reason"] == "length" for s in samples) / n,
         "tokens": float(tokens),
         "tokens_per_s": tokens / seconds if seconds > 0 else float("nan"),

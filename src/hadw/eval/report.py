@@ -93,7 +93,8 @@ def completion_notes(stats: dict[str, dict[str, float]], reward_failures: dict[s
                 "completions (raised, timed out or returned a bad score; scored 0); the --samples file shows the "
                 "first failure of each batch under reward_error"
             )
-        if mode != "memory" and s["completions"] and s["answered"] == 0:
+        # a reward that reads no \boxed{} (a user's own) scores answers hadw cannot extract: only when nothing scored
+        if mode != "memory" and s["completions"] and s["answered"] == 0 and not s.get("scored", 0):
             lines.append(
                 f"warning: no {mode} completion has an extractable answer, so every score is 0; look at the "
                 "--samples file (the template, --max-new-tokens, or a model that needs SFT first)"
