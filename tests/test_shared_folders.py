@@ -78,12 +78,16 @@ def test_a_second_compare_on_the_same_out_is_refused_and_the_lock_goes_with_the_
     out = tmp_path / "cmp"
     sets = [x for o in [f"model.path={tiny_path}", *RECIPE, "train.steps=100000"] for x in ("--set", o)]
     args = ["compare", "--out", str(out), "-a", "a:", "--seeds", "0", *sets]
-    first = subprocess.Popen([sys.executable, "-m", "hadw.cli", *args], env=ENV, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    # stderr to a file, not a pipe: a pipe nobody reads while the first trains fills up and blocks its writes (the
+    # stop line included), and the SIGTERM below would then wait on the test itself
+    log = tmp_path / "first.stderr"
+    with open(log, "w") as stderr:
+        first = subprocess.Popen([sys.executable, "-m", "hadw.cli", *args], env=ENV, stdout=subprocess.DEVNULL,
+                                 stderr=stderr, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not (out / "a" / "seed0" / ".lock").exists():  # its trainer holds the run: the sweep is under way
-            assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline and first.poll() is None, log.read_text()
             time.sleep(0.05)
         monkeypatch.chdir(tmp_path)
         second = _invoke_bounded(args)
@@ -91,8 +95,8 @@ def test_a_second_compare_on_the_same_out_is_refused_and_the_lock_goes_with_the_
         assert "hadw compare" in second.stderr and SWEEP_LOCK in second.stderr
     finally:
         first.send_signal(signal.SIGTERM)
-        _, err = first.communicate(timeout=120)
-    assert first.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), err
+        first.wait(timeout=120)
+    assert first.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), log.read_text()
     with open(out / SWEEP_LOCK, "a") as lock:  # released with the first's exit (SIGTERM)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
