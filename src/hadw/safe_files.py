@@ -79,25 +79,27 @@ HEAD_BYTES = 4096  # what `write_output` reads of an existing file to recognise 
 TAIL_BYTES = 65536  # and of its end: a PDF's metadata (where a figure is marked) is written last
 
 
-def head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first `size` bytes of a regular file, read without following a link (b"" when unreadable)."""
+def _read(path: Path, size: int, from_end: bool) -> bytes:
+    """`size` bytes from the start (or the end) of a regular file, read without following a link (b"" when
+    unreadable)."""
     try:
         fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, LinkError):
         return b""
     with os.fdopen(fd, "rb") as f:
+        if from_end:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
         return f.read(size)
+
+
+def head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first `size` bytes of a regular file, read without following a link (b"" when unreadable)."""
+    return _read(path, size, from_end=False)
 
 
 def tail(path: Path, size: int = TAIL_BYTES) -> bytes:
     """The last `size` bytes of a regular file, read without following a link (b"" when unreadable)."""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except (OSError, LinkError):
-        return b""
-    with os.fdopen(fd, "rb") as f:
-        f.seek(max(0, os.fstat(f.fileno()).st_size - size))
-        return f.read(size)
+    return _read(path, size, from_end=True)
 
 
 NAME_MAX = 255  # bytes in one name of a path: the limit of Linux file systems (ext4, xfs, btrfs, NFS)
