@@ -194,11 +194,12 @@ def test_plan_runs_set_seed_and_output_last(tmp_path):
 
     arms = [cmp.parse_arm("grpo:train.seed=99"), cmp.parse_arm("hadw:hadw.enabled=true")]
     specs = cmp.plan_runs(None, arms, [3, 4], tmp_path, ["train.steps=7"])
-    assert [(s.arm, s.seed) for s in specs] == [("grpo", 3), ("grpo", 4), ("hadw", 3), ("hadw", 4)]
+    # seed-major, so a sweep stopped after its first runs holds whole pairs
+    assert [(s.arm, s.seed) for s in specs] == [("grpo", 3), ("hadw", 3), ("grpo", 4), ("hadw", 4)]
     cfg = load_config(None, list(specs[0].overrides))
     assert (cfg.train.seed, cfg.train.steps, cfg.train.output_dir) == (3, 7, str(tmp_path / "grpo" / "seed3"))
     assert (
-        cfg.train.num_threads == 1 and not cfg.hadw.enabled and load_config(None, list(specs[2].overrides)).hadw.enabled
+        cfg.train.num_threads == 1 and not cfg.hadw.enabled and load_config(None, list(specs[1].overrides)).hadw.enabled
     )
     with pytest.raises(ValueError, match="unique"):
         cmp.plan_runs(None, [arms[0], arms[0]], [0], tmp_path)

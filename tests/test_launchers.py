@@ -370,7 +370,7 @@ def test_dry_run_prints_the_batch_script_the_ray_spec_and_the_task_table(tmp_pat
     assert script.index("module load cuda/12.4") < script.index("export HF_HOME=/shared/hf") < script.index("srun")
     table = slurm.output.split("task\tarm\tseed\trun_dir\n")[1].splitlines()
     assert [row.split("\t")[:3] for row in table] == [
-        [str(i), arm, str(seed)] for i, (arm, seed) in enumerate((a, s) for a in "ab" for s in range(3))
+        [str(i), arm, str(seed)] for i, (arm, seed) in enumerate((a, s) for s in range(3) for a in "ab")
     ]
     ray = CliRunner().invoke(
         build_app(),

@@ -121,15 +121,17 @@ def plan_runs(
     base_overrides: Sequence[str] = (),
     threads_per_run: int = 1,
 ) -> list[RunSpec]:
-    """One RunSpec per (arm, seed); seed and output dir are set last so an arm cannot change them."""
+    """One RunSpec per (seed, arm), seed-major; seed and output dir are set last so an arm cannot change them."""
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"arm names must be unique; got {names}")
     if not arms or not seeds:
         raise ValueError("need at least one --arm and one seed")
     specs = []
-    for arm in arms:
-        for seed in seeds:
+    # Seed-major: a sweep stopped part-way has whole pairs (every arm of the first seeds), not one arm's seeds
+    # with nothing to pair them with.
+    for seed in seeds:
+        for arm in arms:
             run_dir = run_dir_for(out_dir, arm.name, seed)
             tail = (
                 f"train.seed={seed}",
