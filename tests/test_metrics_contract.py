@@ -48,6 +48,16 @@ def test_every_metric_a_run_writes_is_declared(finished_run):
     assert sorted(k for k in keys if not _declared(k)) == []
 
 
+def test_the_update_is_timed_by_phase(finished_run):
+    """forward, backward, optimiser and (kl_coef > 0) the reference's log-probs each take time, and together they
+    account for most of timing_s/update; no π_old re-score in float32 (recompute_logprobs=auto)."""
+    for record in M.read_run(finished_run).steps:
+        phases = {key: record[key] for key in M.UPDATE_PHASES}
+        assert all(phases[k] > 0 for k in (M.TIME_FORWARD, M.TIME_BACKWARD, M.TIME_OPTIMIZER, M.TIME_REF)), phases
+        assert phases[M.TIME_OLD_LOGPROB] == 0.0
+        assert 0.5 * record[M.TIME_UPDATE] < sum(phases.values()) <= record[M.TIME_UPDATE]
+
+
 def test_final_evaluation_is_its_own_file_with_greedy_accuracy(finished_run):
     records = M.read_run(finished_run)
     assert records.finished and [r["step"] for r in records.steps] == [1, 2]  # no sentinel row

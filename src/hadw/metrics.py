@@ -98,6 +98,11 @@ FRAC_BOOSTED, FRAC_DAMPED = "hadw/frac_boosted", "hadw/frac_damped"  # responses
 
 # ----------------------------------------------------------------------------------------- time and resources
 TIME_GEN, TIME_REWARD, TIME_UPDATE, TIME_STEP = "timing_s/gen", "timing_s/reward", "timing_s/update", "timing_s/step"
+# The update's parts (they sum to about timing_s/update): the π_old re-score and the KL reference's log-probs (verl's
+# names), then the policy's forward (log-probs, entropy, loss), its backward, and the optimiser (clip + AdamW step).
+TIME_OLD_LOGPROB, TIME_REF = "timing_s/old_log_prob", "timing_s/ref"
+TIME_FORWARD, TIME_BACKWARD, TIME_OPTIMIZER = "timing_s/forward", "timing_s/backward", "timing_s/optimizer"
+UPDATE_PHASES = (TIME_OLD_LOGPROB, TIME_REF, TIME_FORWARD, TIME_BACKWARD, TIME_OPTIMIZER)
 THROUGHPUT = "perf/throughput"  # response tokens per second of the whole step
 CPU_PEAK_RSS = "perf/cpu_peak_rss_gb"  # the process's peak resident memory (GiB)
 GPU_MAX_ALLOCATED = "perf/max_memory_allocated_gb"  # torch's peak allocated GPU memory (GiB), verl's name

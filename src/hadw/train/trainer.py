@@ -187,6 +187,7 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             for name in dict.fromkeys([*cfg.reward.functions, cfg.reward.correctness])
         }
         self._reward_failures, self._step = 0, 0  # failed reward items so far (the progress line's err=)
+        self._phase_s: dict[str, float] = {}  # this step's update phases (M.UPDATE_PHASES), seconds
         self._bar = Bar(None, "", mode="off")  # train()'s progress display (what _phase names)
         self.eval_failure: str | None = None  # the last evaluation's reward failed on every completion
         self.hadw = cfg.hadw.options()  # the one HA-DW schema (hadw.core.HADWOptions)
@@ -323,13 +324,27 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             advantages=advantages.to(self.device),
         )
         if self._recompute_logprobs:  # sampled log-probs carry the cached decoder's numerics: re-score
-            data.old_logprobs = self._score(self.model, data)
-        if self.ref_model is not None:
-            data.ref_logprobs = self._score(self.ref_model, data)
-        elif self._kl:  # LoRA: the base model is the reference
-            with reference_policy(self.model) as base:
-                data.ref_logprobs = self._score(base, data)
+            with self._timed(M.TIME_OLD_LOGPROB):
+                data.old_logprobs = self._score(self.model, data)
+        with self._timed(M.TIME_REF):
+            if self.ref_model is not None:
+                data.ref_logprobs = self._score(self.ref_model, data)
+            elif self._kl:  # LoRA: the base model is the reference
+                with reference_policy(self.model) as base:
+                    data.ref_logprobs = self._score(base, data)
         return data
+
+    @contextlib.contextmanager
+    def _timed(self, key: str):
+        """Adds the block's wall seconds to this step's `key` (M.UPDATE_PHASES). On a GPU the block's queued
+        kernels are waited for, so a phase is not billed for the one before it."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self._phase_s[key] = self._phase_s.get(key, 0.0) + time.perf_counter() - start
 
     def _score(self, model, data: MiniBatch) -> torch.Tensor:
         """Log-probs [N, R] of the responses under `model`, without a graph, in micro-batches."""
@@ -366,26 +381,29 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         metrics: dict[str, torch.Tensor] = {}  # 0-dim tensors: read once, below (one host sync per step)
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
-            with self.autocast():
-                logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
-            loss, micro_metrics = policy_loss(
-                logprobs,
-                micro.old_logprobs,
-                micro.advantages,
-                micro.response_mask,
-                self.loss_spec,
-                ref_logprobs=micro.ref_logprobs,
-                entropy=entropy,
-            )
+            with self._timed(M.TIME_FORWARD):
+                with self.autocast():
+                    logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
+                loss, micro_metrics = policy_loss(
+                    logprobs,
+                    micro.old_logprobs,
+                    micro.advantages,
+                    micro.response_mask,
+                    self.loss_spec,
+                    ref_logprobs=micro.ref_logprobs,
+                    entropy=entropy,
+                )
             weight = share(micro) / total
-            (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
+            with self._timed(M.TIME_BACKWARD):
+                (loss * weight).backward()  # a non-finite loss is caught below, before the optimiser step
             metrics["_loss"] = metrics.get("_loss", 0.0) + weight * loss.detach()  # non-finite if any part is
             for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + weight * value
-        metrics[M.GRAD_NORM] = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.cfg.optim.grad_clip or math.inf
-        )
-        values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
+        with self._timed(M.TIME_OPTIMIZER):
+            metrics[M.GRAD_NORM] = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.cfg.optim.grad_clip or math.inf
+            )
+            values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
         loss_value = values.pop("_loss")
         if not math.isfinite(loss_value):
             raise NonFiniteLossError(
@@ -396,8 +414,9 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         grad_norm = values[M.GRAD_NORM]
         if not math.isfinite(grad_norm):
             raise NonFiniteLossError(f"step {step}: gradient norm is {grad_norm}; stopping before the update")
-        self.optimizer.step()
-        self.scheduler.step()
+        with self._timed(M.TIME_OPTIMIZER):
+            self.optimizer.step()
+            self.scheduler.step()
         values[M.LR] = self.scheduler.get_last_lr()[0]
         return values
 
@@ -417,11 +436,13 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             metrics[M.REFILL_ROUNDS] = refills
         t0 = time.perf_counter()
         self._phase("updating")
+        self._phase_s = dict.fromkeys(M.UPDATE_PHASES, 0.0)
         if len(batch) > 0:
             metrics |= self.update(batch, advantages, step)
         t_update = time.perf_counter() - t0
         metrics |= rollout.metrics()
         metrics[M.TIME_UPDATE] = t_update
+        metrics |= self._phase_s
         metrics[M.TIME_STEP] = rollout.generate_s + rollout.reward_s + t_update
         metrics[M.THROUGHPUT] = float(rollout.batch.response_mask.sum()) / max(metrics[M.TIME_STEP], 1e-9)
         metrics |= peak_memory_metrics()
