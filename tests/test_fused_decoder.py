@@ -261,3 +261,41 @@ def test_draw_never_picks_a_zero_probability_token_and_follows_the_distribution(
     assert set(first.tolist()) == {1, 3} and set(second.tolist()) == {0, 4}
     assert abs((first == 3).float().mean().item() - 0.8) < 0.01  # 5 sigma at n = 20000 is 0.014
     assert abs((second == 4).float().mean().item() - 0.5) < 0.015
+
+
+@pytest.mark.parametrize("shape", ["qwen2-gqa2", "llama-gqa4-biases-headdim"])
+def test_under_bf16_autocast_the_fused_weights_are_cast_once_and_match_the_autocast_forward(shape, monkeypatch):
+    """model.compute_dtype=bfloat16 (the trainer generates under bf16 autocast): the fused decoder gets its
+    projections in bf16 once per generate call and runs with autocast off (before, every decode step ran under
+    autocast, which re-cast every fp32 weight on every step: slower than float32). Its log-probs are those of the
+    model's forward under the same autocast, to bf16's rounding, and not the float32 ones."""
+    model, tok = make_model(shape)
+    built, steps_under_autocast = [], []
+    decoder_class = engine_module.FusedDecoder
+
+    class Recording(decoder_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append({p.weight.dtype for p in [self.lm_head, *(l.qkv for l in self.layers)]})
+            built.append(self.embed.dtype)
+
+        def step(self, tokens, positions):
+            steps_under_autocast.append(torch.is_autocast_enabled("cpu"))
+            return super().step(tokens, positions)
+
+    monkeypatch.setattr(engine_module, "FusedDecoder", Recording)
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=5)
+    engine = HFRolloutEngine(model, tok, decoder="auto")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = engine.generate(prompts_of(tok), params)
+        with torch.no_grad():
+            forced = compute_logprobs(model, mixed.input_ids, mixed.attention_mask, mixed.response_mask, 1.0)
+    assert built == [{torch.bfloat16}, torch.float32]  # projections bf16, the residual stream's embeddings fp32
+    assert steps_under_autocast and not any(steps_under_autocast)
+    with torch.no_grad():
+        full = compute_logprobs(model, mixed.input_ids, mixed.attention_mask, mixed.response_mask, 1.0)
+    real = mixed.response_mask.bool()
+    to_autocast = (mixed.logprobs - forced)[real].abs()
+    to_fp32 = (mixed.logprobs - full)[real].abs()
+    assert float(to_autocast.max()) < 0.1 and float(to_autocast.mean()) < 0.02, float(to_autocast.max())
+    assert float(to_fp32.mean()) > 1e-4  # bf16 did run: not the float32 numbers

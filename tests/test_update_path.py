@@ -66,3 +66,30 @@ def test_recompute_logprobs_is_an_explicit_choice(tiny_path, tmp_path, monkeypat
     trainer._minibatch_source(rollout.batch, torch.zeros(len(rollout.batch)))
     assert bool(calls) == recomputed  # float32: auto trusts the sampler's log-probs (equal to ~1e-6)
     assert _trainer(tiny_path, tmp_path / "bf", "model.compute_dtype=bfloat16")._recompute_logprobs
+
+
+def test_the_first_mini_batch_is_its_own_pi_old(tiny_path, tmp_path, monkeypatch):
+    """With a π_old re-score (recompute_logprobs=always), the first mini-batch's rows are not re-scored: they are
+    on-policy, their π_old is their own forward's log-probs (ratio exactly 1, TRL's shortcut when steps align).
+    The update lands where re-scoring every row lands (float32: the re-score equals the forward to ~1e-6)."""
+
+    def run(name, shortcut):
+        trainer = _trainer(tiny_path, tmp_path / name, "rollout.recompute_logprobs=always",
+                           "train.prompts_per_step=4", "train.mini_batch_prompts=2")  # fmt: skip
+        rollout, _ = trainer.collect(0)
+        scored = []
+        score = trainer._score
+        monkeypatch.setattr(trainer, "_score", lambda model, data: scored.append(len(data)) or score(model, data))
+        if not shortcut:  # every row re-scored first, as before
+            source = trainer._minibatch_source
+            monkeypatch.setattr(trainer, "_minibatch_source", lambda b, a, on_policy_rows=None: source(b, a))
+        advantages = torch.linspace(-1, 1, len(rollout.batch))
+        metrics = trainer.update(rollout.batch, advantages, 0)
+        return scored, [p.detach().clone() for p in trainer.model.parameters()], metrics, len(rollout.batch)
+
+    scored, weights, _, rows = run("shortcut", True)
+    assert scored == [rows // 2]  # only the second mini-batch's rows
+    everything, reference, _, _ = run("all", False)
+    assert everything == [rows]
+    for a, b in zip(weights, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -13,6 +13,7 @@ where the time goes (benchmarks/rollout_speed.py).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable
 
@@ -42,6 +43,18 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 DECODERS = ("auto", "fused", "graph", "hf")
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The lower precision autocast computes matmuls in on `device` when it is on (the trainer's
+    model.compute_dtype=bfloat16), else None. FusedDecoder casts its weights to it once per `generate` call,
+    rather than autocast re-casting every weight on every decode step."""
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+
+
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast off on `device` (FusedDecoder's weights already carry the mixed precision)."""
+    return torch.autocast(device.type, enabled=False)
 
 
 class HFRolloutEngine:
@@ -189,9 +202,12 @@ class HFRolloutEngine:
         num_real = prompt_mask.sum(dim=1)  # [B]: position of the first response token
         with record_function("rollout/prefill"):
             fused, cache, decoder = None, None, self.resolved_decoder()
-            if decoder in ("fused", "graph"):  # the fused weights run the prefill too, into their own cache
-                kind = FusedDecoder if decoder == "fused" else GraphedDecoder
-                fused = kind(self.model, prompt_mask, max_new)
+            if decoder == "fused":  # the fused weights run the prefill too, into their own cache
+                fused = FusedDecoder(self.model, prompt_mask, max_new, matmul_dtype=autocast_dtype(device))
+                with no_autocast(device):
+                    logits = fused.prefill(prompt_ids, *prompt_groups(prompt_ids, prompt_mask))
+            elif decoder == "graph":
+                fused = GraphedDecoder(self.model, prompt_mask, max_new)
                 logits = fused.prefill(prompt_ids, *prompt_groups(prompt_ids, prompt_mask))
             else:
                 logits, cache = self._prefill(prompt_ids, prompt_mask)
@@ -202,7 +218,8 @@ class HFRolloutEngine:
                 with record_function("rollout/forward"):
                     tokens, positions = response[:, t - 1], num_real + (t - 1)
                     if fused is not None:
-                        logits = fused.step(tokens, positions)
+                        with no_autocast(device):  # mixed precision is in the fused weights' dtypes
+                            logits = fused.step(tokens, positions)
                     else:
                         logits = self.model(
                             input_ids=tokens[:, None],

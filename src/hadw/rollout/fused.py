@@ -116,22 +116,28 @@ class _Proj:
 
     With `pack` (the batch is large enough) a weight of at least PACK_MIN_WEIGHTS elements (float32, CPU,
     oneDNN present) is repacked once into oneDNN's blocked layout for `rows` rows; others use W as it is.
+    The input is cast to W's dtype (mixed precision: bf16 weights, a float32 residual stream), and a
+    residual of another dtype is added outside the matmul, so the stream keeps its precision, as under
+    autocast, where a bf16 projection's output added to the float32 embedding stream stays float32.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, pack: bool):
-        self.bias = bias
+        self.bias, self.dtype = bias, weight.dtype
         pack = pack and weight.numel() >= PACK_MIN_WEIGHTS and weight.device.type == "cpu"
         pack = pack and weight.dtype == torch.float32 and packing_available()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if pack else None
         self.weight = None if self.packed is not None else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.dtype)  # a no-op unless the weights are in a lower precision than the stream
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
     def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """residual + x W^T + b, the add fused into the matmul."""
+        """residual + x W^T + b, the add fused into the matmul (when residual is in W's dtype)."""
+        if residual.dtype != self.dtype:
+            return residual + self(x)  # promotes to the stream's dtype
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, self.bias, "add")
         if self.bias is not None:
@@ -164,31 +170,35 @@ class FusedDecoder:
         max_new_tokens: int,
         dtype: torch.dtype | None = None,
         zero_cache: bool = False,
+        matmul_dtype: torch.dtype | None = None,
     ):
         """dtype: the fused weights' and cache's dtype (None: the model's; bfloat16 for mixed precision on
         a GPU, where the copies are made anyway). zero_cache: fill the K/V cache with zeros, for a step
         that reads every column (GraphedDecoder: unwritten columns get probability 0, and 0 x garbage
-        could be NaN)."""
+        could be NaN). matmul_dtype: mixed precision as autocast computes it: the projections' weights, the
+        K/V cache and attention in this dtype (cast once, here, not on every step), the embeddings, norms
+        and residual stream in `dtype`; run the decoder with autocast off."""
         cfg = model.config
         core = model.model
-        cast = functools.partial(_cast, dtype=dtype)
+        stream_cast = functools.partial(_cast, dtype=dtype)  # embeddings and norms
+        cast = functools.partial(_cast, dtype=matmul_dtype) if matmul_dtype is not None else stream_cast  # projections
         self.eps = cfg.rms_norm_eps
         self.num_heads = cfg.num_attention_heads
         self.num_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim**-0.5
         self.inter = cfg.intermediate_size
-        self.embed = cast(core.embed_tokens.weight)  # [V, H]
-        self.final_norm = cast(core.norm.weight)
+        self.embed = stream_cast(core.embed_tokens.weight)  # [V, H]
+        self.final_norm = stream_cast(core.norm.weight)
         batch, prompt_len = prompt_mask.shape
         pack = batch >= PACK_MIN_ROWS and max_new_tokens >= PACK_MIN_STEPS
         self.lm_head = _Proj(cast(model.lm_head.weight), cast(model.lm_head.bias), batch, pack)
-        self.layers = [self._fuse(layer, batch, pack, cast) for layer in core.layers]
+        self.layers = [self._fuse(layer, batch, pack, cast, stream_cast) for layer in core.layers]
 
         total = prompt_len + max_new_tokens
         d, kv = self.head_dim, self.num_kv
         # K and V of every layer in one buffer: [L, 2, B * nkv, T, D]; rows x kv-heads flattened for bmm.
-        dtype = self.embed.dtype
+        dtype = self.lm_head.dtype  # the projections' (K and V come out of them)
         # Columns are read only once written (prefill or step), so the buffer needs no zero fill.
         shape = (len(self.layers), 2, batch * kv, total, d)
         self.cache = self.embed.new_zeros(shape) if zero_cache else self.embed.new_empty(shape, dtype=dtype)
@@ -205,16 +215,16 @@ class FusedDecoder:
         cos, sin = core.rotary_emb(self.embed[:1][None], positions[None])  # [1, positions, D] each
         sign = torch.ones(d, dtype=cos.dtype, device=cos.device)
         sign[: self.half] = -1
-        self.cos, self.sin = cos[0], sin[0] * sign  # [positions, D]
+        self.cos, self.sin = cos[0].to(dtype), (sin[0] * sign).to(dtype)  # [positions, D], q and k's dtype
 
     @staticmethod
-    def _fuse(layer: nn.Module, rows: int, pack: bool, cast) -> _Layer:
+    def _fuse(layer: nn.Module, rows: int, pack: bool, cast, stream_cast) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         return _Layer(
-            norm_in=cast(layer.input_layernorm.weight),
+            norm_in=stream_cast(layer.input_layernorm.weight),
             qkv=_Proj(*map(cast, _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)), rows, pack),
             o=_Proj(cast(attn.o_proj.weight), cast(attn.o_proj.bias), rows, pack),
-            norm_post=cast(layer.post_attention_layernorm.weight),
+            norm_post=stream_cast(layer.post_attention_layernorm.weight),
             gate_up=_Proj(*map(cast, _cat_weights(mlp.gate_proj, mlp.up_proj)), rows, pack),
             down=_Proj(cast(mlp.down_proj.weight), cast(mlp.down_proj.bias), rows, pack),
         )

@@ -157,7 +157,8 @@ class RolloutConfig:
     # Re-score the sampled responses under the policy before the update (the old log-probs of the
     # ratio): auto = only when model.compute_dtype is not float32 (in float32 the sampler's log-probs
     # equal a teacher-forced re-scoring to ~1e-6, so recomputing would cost a forward for nothing)
-    # | always | never. TRL and verl always recompute with a vLLM rollout.
+    # | always | never. TRL and verl always recompute with a vLLM rollout. The step's first mini-batch is never
+    # re-scored: it is on-policy, its π_old is its own forward's log-probs (TRL's shortcut when steps align).
     recompute_logprobs: str = "auto"
     group_size: int = 8  # G responses per prompt; the paper uses 8
     temperature: float = 1.0  # sampling temperature; 1.0 samples the policy itself (what the ratio assumes)

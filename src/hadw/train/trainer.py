@@ -297,22 +297,34 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
 
         batch: N = P·G rows, each prompt's G responses contiguous; advantages: [N].
         """
-        data = self._minibatch_source(batch, advantages)
         group_size, per_step = self.cfg.rollout.group_size, self.cfg.train.mini_batch_prompts
-        num_groups = len(data) // group_size
+        num_groups = len(batch) // group_size
         generator = torch.Generator().manual_seed(_step_seed(self.cfg.train.seed, step, 1 << 20))
+        orders = [torch.randperm(num_groups, generator=generator) for _ in range(self.cfg.train.ppo_epochs)]
+        rows_of = lambda groups: (groups[:, None] * group_size + torch.arange(group_size)).flatten().to(self.device)
+        # The first mini-batch is on-policy: its π_old is its own forward's log-probs, detached (TRL's shortcut
+        # when generation and optimiser steps align), so a re-score is needed only for the rows after it.
+        first = rows_of(orders[0][:per_step]) if self._recompute_logprobs else None
+        data = self._minibatch_source(batch, advantages, on_policy_rows=first)
         self.model.train()
         history: list[dict[str, float]] = []
-        for _epoch in range(self.cfg.train.ppo_epochs):
-            order = torch.randperm(num_groups, generator=generator)
+        for epoch, order in enumerate(orders):
             for start in range(0, num_groups, per_step):
-                groups = order[start : start + per_step]
-                rows = (groups[:, None] * group_size + torch.arange(group_size)).flatten().to(self.device)
-                history.append(self._optimiser_step(data[rows], step))
+                rows = rows_of(order[start : start + per_step])
+                on_policy = first is not None and epoch == 0 and start == 0
+                values, logprobs = self._optimiser_step(data[rows], step, on_policy)
+                if on_policy:  # the π_old of these rows in later epochs
+                    data.old_logprobs[rows] = logprobs
+                history.append(values)
         return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
 
-    def _minibatch_source(self, batch: RolloutBatch, advantages: torch.Tensor) -> MiniBatch:
-        """The whole rollout batch on the training device, with the log-probs the loss compares against."""
+    def _minibatch_source(
+        self, batch: RolloutBatch, advantages: torch.Tensor, on_policy_rows: torch.Tensor | None = None
+    ) -> MiniBatch:
+        """The whole rollout batch on the training device, with the log-probs the loss compares against.
+
+        With a π_old re-score, rows in on_policy_rows (the first mini-batch, [n] row indices) are left out of
+        it: their π_old comes from their own forward in `_optimiser_step`."""
         response_mask = batch.response_mask.clone()
         if self.cfg.algorithm.overlong == "mask":  # truncated responses carry no learning signal
             response_mask[torch.tensor([f == "length" for f in batch.finish_reasons])] = 0
@@ -320,12 +332,16 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             input_ids=batch.input_ids.to(self.device),
             attention_mask=batch.attention_mask.to(self.device),
             response_mask=response_mask.to(self.device),
-            old_logprobs=batch.logprobs.to(self.device),
+            old_logprobs=batch.logprobs.to(self.device, copy=True),  # written in place below
             advantages=advantages.to(self.device),
         )
         if self._recompute_logprobs:  # sampled log-probs carry the cached decoder's numerics: re-score
-            with self._timed(M.TIME_OLD_LOGPROB):
-                data.old_logprobs = self._score(self.model, data)
+            rest = torch.ones(len(data), dtype=torch.bool, device=self.device)
+            if on_policy_rows is not None:
+                rest[on_policy_rows] = False
+            if bool(rest.any()):
+                with self._timed(M.TIME_OLD_LOGPROB):
+                    data.old_logprobs[rest] = self._score(self.model, data[rest])
         with self._timed(M.TIME_REF):
             if self.ref_model is not None:
                 data.ref_logprobs = self._score(self.ref_model, data)
@@ -365,8 +381,12 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             share_prompts=True,  # a group's G rows share one prompt forward (mini-batches keep groups together)
         )
 
-    def _optimiser_step(self, mb: MiniBatch, step: int) -> dict[str, float]:
-        """One optimiser step on one mini-batch, accumulating gradients over micro-batches.
+    def _optimiser_step(
+        self, mb: MiniBatch, step: int, on_policy: bool = False
+    ) -> tuple[dict[str, float], torch.Tensor | None]:
+        """One optimiser step on one mini-batch, accumulating gradients over micro-batches; returns its metrics
+        and, when on_policy (the weights mb was sampled with: π_old is each forward's own log-probs,
+        detached), those log-probs [B, R].
 
         Each micro-batch's loss is weighted by its share of the mini-batch (tokens for token-mean, responses
         otherwise), so the accumulated gradient is that of the unsplit mini-batch loss. Metrics are averaged
@@ -379,14 +399,17 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         total = max(share(mb), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, torch.Tensor] = {}  # 0-dim tensors: read once, below (one host sync per step)
+        own: list[torch.Tensor] = []  # on_policy: each micro-batch's log-probs, detached
         for start in range(0, len(mb), size):
             micro = mb[start : start + size]
             with self._timed(M.TIME_FORWARD):
                 with self.autocast():
                     logprobs, entropy = self._logprobs(self.model, micro, with_entropy=True)
+                if on_policy:
+                    own.append(logprobs.detach())
                 loss, micro_metrics = policy_loss(
                     logprobs,
-                    micro.old_logprobs,
+                    own[-1] if on_policy else micro.old_logprobs,
                     micro.advantages,
                     micro.response_mask,
                     self.loss_spec,
@@ -418,7 +441,7 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
             self.optimizer.step()
             self.scheduler.step()
         values[M.LR] = self.scheduler.get_last_lr()[0]
-        return values
+        return values, torch.cat(own) if on_policy else None
 
     def train_step(self, step: int) -> dict[str, float]:
         self._step = step

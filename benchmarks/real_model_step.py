@@ -1,0 +1,187 @@
+"""One real-model training step by phase, in float32 and in bf16 mixed precision, side by side.
+
+The step of benchmarks/real_model_study (SmolLM2-135M-Instruct, `sums` levels 1–2 as a chat question, the
+`final_number` reward, 4 prompts × G = 8, 16 new tokens, 2 optimiser steps a step), timed by the trainer's own
+phase metrics: generate (`timing_s/gen`), score (`timing_s/reward`), the π_old re-score (`timing_s/old_log_prob`),
+the policy's forward, backward and optimiser (`timing_s/forward`, `/backward`, `/optimizer`).
+
+Configurations (each a fresh Trainer from the same weights and seed, one torch thread, run in turn so that load
+drifts hit all alike; the first step of each run is warm-up and not counted):
+
+  fp32                  model.compute_dtype=float32 (the default)
+  bf16                  model.compute_dtype=bfloat16: fp32 master weights, forward/backward under bf16 autocast, the
+                        fused decoder's weights cast to bf16 once per generate call; π_old re-scored (the default
+                        `rollout.recompute_logprobs=auto` in bf16)
+  bf16, sampler π_old   the same, π_old taken from the sampler's log-probs (`rollout.recompute_logprobs=never`)
+
+Each phase's roofline share is its FLOPs over (its seconds × the matmul peak of its precision, measured in the same
+run: fp32 the faster of MKL's torch.mm and oneDNN's packed linear, bf16 torch.mm); the optimiser's is its bytes
+(AdamW reads parameter, gradient and both moments and writes three of them, fp32) over the copy bandwidth.
+The effect of the re-score on the ratio: `actor/ratio_min/max` and `actor/pg_clipfrac` of each configuration.
+
+    python benchmarks/real_model_step.py --model runs/smollm2-135m-instruct [--repeats 3] [--steps 4] [--report FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch
+from bench_report import add_report_option, report
+from roofline import bandwidth, matmul_peaks, model_flops_per_token, spread
+
+from hadw import metrics as M
+from hadw.train.config import load_config
+from hadw.train.trainer import Trainer
+
+HERE = Path(__file__).resolve().parent
+RECIPE = HERE / "real_model_study" / "recipe.yaml"
+CONFIGS = {
+    "fp32": ["model.compute_dtype=float32"],
+    "bf16": ["model.compute_dtype=bfloat16"],
+    "bf16, sampler π_old": ["model.compute_dtype=bfloat16", "rollout.recompute_logprobs=never"],
+}
+PHASES = {  # report column -> metric
+    "generate": M.TIME_GEN,
+    "score": M.TIME_REWARD,
+    "π_old re-score": M.TIME_OLD_LOGPROB,
+    "forward": M.TIME_FORWARD,
+    "backward": M.TIME_BACKWARD,
+    "optimiser": M.TIME_OPTIMIZER,
+    "step": M.TIME_STEP,
+}
+RATIO_KEYS = (M.RATIO_MIN, M.RATIO_MAX, M.PG_CLIPFRAC)
+
+
+def bf16_peak(repeats: int) -> list[float]:
+    """GFLOP/s of the best of 512/1024/2048-square bf16 torch.mm, 1 thread (median-best size), by CPU time."""
+    best: list[float] = []
+    for n in (512, 1024, 2048):
+        a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+        reps = max(1, int(4e9 / (2 * n**3)))
+        _, cpus = spread(lambda a=a, b=b, reps=reps: [torch.mm(a, b) for _ in range(reps)], repeats)
+        rates = [2 * n**3 * reps / c / 1e9 for c in cpus]
+        if not best or statistics.median(rates) > statistics.median(best):
+            best = rates
+    return best
+
+
+class _ShapeRecorder:
+    """Wraps Trainer.update to record each step's token counts (prompt columns per distinct prompt, responses)."""
+
+    def __init__(self, trainer: Trainer):
+        self.shapes: list[tuple[int, int, int]] = []  # (rows, prompt tokens of the distinct prompts, response tokens)
+        inner = trainer.update
+
+        def update(batch, advantages, step):
+            groups = batch.prompt_mask[:: trainer.cfg.rollout.group_size]
+            self.shapes.append((len(batch), int(groups.sum()), int(batch.response_mask.sum())))
+            return inner(batch, advantages, step)
+
+        trainer.update = update
+
+
+def run(model: str, overrides: list[str], steps: int, out: Path) -> tuple[list[dict], list[tuple[int, int, int]]]:
+    cfg = load_config(str(RECIPE), [
+        f"model.path={model}", "train.num_threads=1", f"train.steps={steps}", "data.eval_size=0",
+        "logging.progress=false", f"train.output_dir={out}", "train.seed=0", *overrides,
+    ])  # fmt: skip
+    trainer = Trainer(cfg)
+    recorder = _ShapeRecorder(trainer)
+    try:
+        records = [trainer.train_step(step) for step in range(steps)]
+    finally:
+        trainer.logger.close()
+        trainer._lock.release()
+    return records[1:], recorder.shapes[1:]  # the first step is warm-up
+
+
+def flops(model, shapes: list[tuple[int, int, int]]) -> dict[str, float]:
+    """Mean FLOPs per step of each matmul phase (2 per weight per token, attention included)."""
+    _, prompt_tokens, response_tokens = (statistics.mean(s[i] for s in shapes) for i in range(3))
+    # generation: one prefill per distinct prompt, then one step per response token; the update's forward runs each
+    # distinct prompt once (share_prompts) and every response token; backward is twice the forward's matmuls
+    forward = (prompt_tokens + response_tokens) * model_flops_per_token(model, 24.0)
+    return {"generate": forward, "π_old re-score": forward, "forward": forward, "backward": 2 * forward}
+
+
+def measure(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    matmuls = matmul_peaks(1, 3)  # {library: (n, GFLOP/s by wall, by CPU time)}
+    fp32_library = max(matmuls, key=lambda lib: statistics.median(matmuls[lib][2]))
+    n, _, fp32_peak = matmuls[fp32_library]
+    bf16 = bf16_peak(3)
+    copy_gbs = bandwidth(3)[1]
+    print(f"matmul peak, 1 thread, by CPU time (min / median / max GFLOP/s): fp32 ({fp32_library}, n={n}) "
+          f"{min(fp32_peak):.1f} / {statistics.median(fp32_peak):.1f} / {max(fp32_peak):.1f}; bf16 (torch.mm) "
+          f"{min(bf16):.1f} / {statistics.median(bf16):.1f} / {max(bf16):.1f}; bf16 / fp32 "
+          f"×{statistics.median(bf16) / statistics.median(fp32_peak):.2f}; "
+          f"copy {statistics.median(copy_gbs):.1f} GB/s")  # fmt: skip
+    peaks = {"fp32": statistics.median(fp32_peak), "bf16": statistics.median(bf16)}
+
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    shapes: list[tuple[int, int, int]] = []
+    for repeat in range(args.repeats):
+        for name, overrides in CONFIGS.items():
+            start = time.perf_counter()
+            folder = args.out / f"{repeat}-{list(CONFIGS).index(name)}"
+            records, run_shapes = run(args.model, overrides, args.steps + 1, folder)
+            results[name] += records
+            shapes += run_shapes
+            print(f"  round {repeat + 1}, {name}: {len(records)} steps in {time.perf_counter() - start:.0f} s",
+                  flush=True)  # fmt: skip
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    work = flops(model, shapes)
+    n_params = model.num_parameters()
+    adam_bytes = 7 * 4 * n_params
+    print(f"\nper step (median over {args.repeats} runs × {args.steps} steps, seconds; roofline share in brackets):")
+    header = ["configuration", *PHASES, "step ×"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    base = statistics.median(r[M.TIME_STEP] for r in results["fp32"])
+    for name, records in results.items():
+        peak = peaks["bf16" if "bf16" in name else "fp32"]
+        cells = [name]
+        for column, key in PHASES.items():
+            seconds = statistics.median(r[key] for r in records)
+            share = ""
+            if column in work and seconds > 0:
+                share = f" ({100 * work[column] / seconds / 1e9 / peak:.0f} %)"
+            elif column == "optimiser" and seconds > 0:
+                share = f" ({100 * adam_bytes / seconds / 1e9 / statistics.median(copy_gbs):.0f} % of copy)"
+            cells.append(f"{seconds:.2f}{share}")
+        step = [r[M.TIME_STEP] for r in records]
+        cells.append(f"×{base / statistics.median(step):.2f}")
+        print("| " + " | ".join(cells) + " |")
+    print("\nthe ratio π/π_old over the step's tokens (median over steps of each step's min / max / clip fraction):")
+    for name, records in results.items():
+        vals = [statistics.median(r[k] for r in records) for k in RATIO_KEYS]
+        print(f"  {name:22s} ratio min {vals[0]:.4f}, max {vals[1]:.4f}, clip fraction {vals[2]:.4f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="SmolLM2-135M-Instruct's folder (smollm2_from_gguf.py) or id")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (alternating)")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per run (after one warm-up step)")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/hadw_real_model_step"), help="scratch run folders")
+    add_report_option(parser)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))  # the recipe's reward, real_model_rl:final_number
+    with report(args.report, parser, args):
+        measure(args)
+
+
+if __name__ == "__main__":
+    main()
