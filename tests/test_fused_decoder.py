@@ -276,7 +276,7 @@ def test_under_bf16_autocast_the_fused_weights_are_cast_once_and_match_the_autoc
     class Recording(decoder_class):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            built.append({p.weight.dtype for p in [self.lm_head, *(l.qkv for l in self.layers)]})
+            built.append({p.weight.dtype for p in [self.lm_head, *(layer.qkv for layer in self.layers)]})
             built.append(self.embed.dtype)
 
         def step(self, tokens, positions):
