@@ -112,8 +112,7 @@ def _linear_unsupported(module: nn.Module) -> str | None:
     """None if `linear_weights` gives `module`'s effective weight exactly, else why not (no name)."""
     if type(module) is nn.Linear:
         return None
-    from_peft = _is_peft_module(module)
-    if not from_peft:
+    if not _is_peft_module(module):
         return f"is a {type(module).__name__}, not a plain nn.Linear"
     from peft.tuners.lora.layer import Linear as LoraLinear  # peft is installed: the module came from it
 
@@ -124,9 +123,10 @@ def _linear_unsupported(module: nn.Module) -> str | None:
     if module.fan_in_fan_out:
         return "is a LoRA Linear with fan_in_fan_out"
     for adapter in _live_adapters(module):
-        variant = getattr(module, "lora_variant", {}).get(adapter)
-        if variant is not None or getattr(module, "use_dora", {}).get(adapter, False):
-            kind = "DoRA" if module.use_dora.get(adapter, False) else type(variant).__name__
+        variant = getattr(module, "lora_variant", {}).get(adapter)  # peft >= 0.16: DoRA, aLoRA, ... live here
+        dora = getattr(module, "use_dora", {}).get(adapter, False)
+        if variant is not None or dora:
+            kind = "DoRA" if dora else type(variant).__name__
             return f"uses {kind} (adapter {adapter!r}): only plain LoRA is merged into the fused weights"
     if module.merged and module.disable_adapters:
         # peft's forward would unmerge in place; W - delta is not the base weight bit for bit either.
