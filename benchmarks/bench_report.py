@@ -30,7 +30,7 @@ from typing import TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 # Libraries whose version a figure depends on, reported when the run imported them.
-LIBRARIES = ("numpy", "torch", "transformers", "trl", "accelerate", "datasets")
+LIBRARIES = ("numpy", "torch", "transformers", "trl", "accelerate", "datasets", "peft")
 
 
 def add_report_option(parser: argparse.ArgumentParser) -> None:

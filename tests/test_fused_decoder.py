@@ -9,6 +9,7 @@ transformers' own forward (`compute_logprobs`), and the sampled tokens of the `h
 from __future__ import annotations
 
 import functools
+import warnings
 
 import pytest
 import torch
@@ -299,3 +300,143 @@ def test_under_bf16_autocast_the_fused_weights_are_cast_once_and_match_the_autoc
     to_fp32 = (mixed.logprobs - full)[real].abs()
     assert float(to_autocast.max()) < 0.1 and float(to_autocast.mean()) < 0.02, float(to_autocast.max())
     assert float(to_fp32.mean()) > 1e-4  # bf16 did run: not the float32 numbers
+
+
+# LoRA (peft): the adapters are merged into the fused weights once per generate call, never into the model's.
+
+
+def make_lora(name: str, **lora):
+    """A tiny model of SHAPES[name] wrapped by peft with LoRA on every linear layer. lora_B (zero at init, so the
+    adapter would change nothing and no test could fail) and any lora_B bias are random."""
+    peft = pytest.importorskip("peft")
+    base, tok = make_model(name)
+    config = peft.LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM", **{"target_modules": "all-linear", **lora})
+    model = wrap(base, config)
+    randomize_lora_b(model)
+    return model.eval(), tok
+
+
+def wrap(base, config):
+    """peft.get_peft_model, quiet: peft reads transformers 5's deprecated `is_gradient_checkpointing`."""
+    import peft
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return peft.get_peft_model(base, config)
+
+
+def randomize_lora_b(model, std: float = 0.2) -> None:
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+
+@pytest.mark.parametrize("name", ["qwen2-gqa2", "llama-gqa4-biases-headdim"])
+@pytest.mark.parametrize("decoder", ["auto", "graph"])
+@pytest.mark.parametrize("pack", ["none", "all"])
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_lora_fused_logprobs_equal_teacher_forcing_and_tokens_equal_hf(name, decoder, pack, temperature, monkeypatch):
+    set_packing(monkeypatch, pack)
+    model, tok = make_lora(name)
+    assert fused_unsupported(model) is None
+    engine = HFRolloutEngine(model, tok, decoder=decoder)
+    assert engine.resolved_decoder() == ("fused" if decoder == "auto" else "graph")  # auto: fused on a CPU, fp32
+    params = SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=5)
+    fused = engine.generate(prompts_of(tok), params)
+    hf = HFRolloutEngine(model, tok, decoder="hf").generate(prompts_of(tok), params)
+    with torch.no_grad():
+        forced = compute_logprobs(model, fused.input_ids, fused.attention_mask, fused.response_mask, 1.0)
+    torch.testing.assert_close(fused.logprobs, forced * fused.response_mask, rtol=0, atol=1e-5)
+    assert torch.equal(fused.response_ids, hf.response_ids)
+    torch.testing.assert_close(fused.logprobs, hf.logprobs, rtol=0, atol=1e-5)
+
+
+def test_lora_two_active_adapters_with_bias_and_rslora_are_summed():
+    # Each active adapter's delta (its own scaling: rsLoRA's alpha / sqrt(r)) and its lora_B bias are added.
+    peft = pytest.importorskip("peft")
+    model, tok = make_lora("llama-gqa4-biases-headdim")
+    second = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "down_proj"], lora_bias=True, use_rslora=True)
+    model.add_adapter("second", second)
+    model.base_model.set_adapter(["default", "second"])  # both active in every layer
+    randomize_lora_b(model)
+    assert fused_unsupported(model) is None
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=3)
+    fused = HFRolloutEngine(model, tok).generate(prompts_of(tok), params)
+    with torch.no_grad():
+        forced = compute_logprobs(model, fused.input_ids, fused.attention_mask, fused.response_mask, 1.0)
+    torch.testing.assert_close(fused.logprobs, forced * fused.response_mask, rtol=0, atol=1e-5)
+
+
+def test_lora_inside_disable_adapter_samples_the_base_model():
+    # hadw's reference_policy (peft's disable_adapter): the fused weights are the base weights, not base + delta.
+    from hadw.rollout.lora import reference_policy
+
+    model, tok = make_lora("qwen2-gqa2")
+    base, _ = make_model("qwen2-gqa2")  # the same seed: the same weights, no peft
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=16, seed=7)
+    with reference_policy(model) as reference:
+        assert HFRolloutEngine(reference, tok).resolved_decoder() == "fused"
+        off = HFRolloutEngine(reference, tok).generate(prompts_of(tok), params)
+    plain = HFRolloutEngine(base, tok, decoder="hf").generate(prompts_of(tok), params)
+    assert torch.equal(off.response_ids, plain.response_ids)
+    torch.testing.assert_close(off.logprobs, plain.logprobs, rtol=0, atol=1e-5)
+    on = HFRolloutEngine(model, tok).generate(prompts_of(tok), params)  # the adapter back on: another policy
+    assert (on.logprobs - off.logprobs).abs().max() > 1e-2
+
+
+def test_lora_generate_leaves_the_models_weights_bit_identical():
+    # The adapters are merged into copies: no peft merge/unmerge, whose float round trip is not exact.
+    model, tok = make_lora("llama-gqa4-biases-headdim")
+    before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), SamplingParams(n=2, max_new_tokens=8))
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+
+
+def test_lora_linear_weights_follow_peft_forward():
+    # linear_weights gives the W, b of what each projection's forward computes: adapters on, off, merged.
+    model, _ = make_lora("llama-gqa4-biases-headdim")
+    layer = model.get_base_model().model.layers[0].self_attn.q_proj
+    x = torch.randn(5, layer.in_features)
+
+    def check():
+        weight, bias = fused_module.linear_weights(layer)
+        with torch.no_grad():
+            torch.testing.assert_close(F.linear(x, weight, bias), layer(x), rtol=0, atol=1e-5)
+        return weight
+
+    on = check()
+    assert not torch.equal(on, layer.base_layer.weight)
+    with model.disable_adapter():
+        assert check() is layer.base_layer.weight  # the base weight itself, not a copy
+    model.merge_adapter()  # merged (adapters on): the base layer already holds W + delta
+    try:
+        assert check() is layer.base_layer.weight
+        assert fused_unsupported(model) is None
+    finally:
+        model.unmerge_adapter()
+
+
+def test_lora_variants_and_other_adapters_are_refused_and_auto_falls_back():
+    peft = pytest.importorskip("peft")
+    dora, tok = make_lora("qwen2-gqa2", use_dora=True)
+    assert "DoRA" in fused_unsupported(dora)
+    assert HFRolloutEngine(dora, tok).resolved_decoder() == "hf"
+    with pytest.raises(ValueError, match="cannot run this model: .*DoRA"):
+        HFRolloutEngine(dora, tok, decoder="fused")
+    embed, _ = make_lora("qwen2-gqa2", target_modules=["q_proj", "embed_tokens"])
+    assert "embed_tokens is a peft Embedding" in fused_unsupported(embed)
+    head, _ = make_lora("qwen2-gqa2", modules_to_save=["lm_head"])
+    assert "lm_head is a peft ModulesToSaveWrapper" in fused_unsupported(head)
+    base, _ = make_model("qwen2-gqa2")
+    ia3 = wrap(base, peft.IA3Config(target_modules=["k_proj", "down_proj"], task_type="CAUSAL_LM"))
+    assert "only LoRA" in fused_unsupported(ia3)
+    merged, _ = make_lora("qwen2-gqa2")
+    merged.merge_adapter()
+    with merged.disable_adapter():  # peft's forward would unmerge in place; refused, auto falls back
+        assert "merged" in fused_unsupported(merged)
+        assert HFRolloutEngine(merged, tok).resolved_decoder() == "hf"

@@ -211,6 +211,16 @@ def _memory_lengths(out: str) -> str:
     )
 
 
+def _lora_generation(out: str) -> str:
+    ratio = _numbers(out, r"ratio LoRA / full \(CPU, per repeat\)")[:3]
+    full, lora = (_numbers(out, rf"{side}\s+s/call\s+CPU")[1] for side in ("full", "lora"))
+    old = _numbers(out, r"ratio LoRA through hf / full \(CPU, per repeat\)")[:3]
+    return (
+        f"LoRA / full ×{_mmm(*ratio)} per repeat by CPU time (target ≤ 1.15; {full} → {lora} s per call, CPU "
+        f"medians); the LoRA model through transformers' forward (its path before) ×{_mmm(*old)}"
+    )
+
+
 BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the report's output
     "theory_speed.md": _theory_speed,
     "core_overhead.md": _core_overhead,
@@ -225,6 +235,7 @@ BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the r
     "decode_step_5.6m.md": _decode_step,
     "rollout_vs_ref.md": _rollout_vs_ref,
     "memory_vs_trl_lengths.md": _memory_lengths,
+    "lora_generation.md": _lora_generation,
 }
 
 

@@ -1,9 +1,9 @@
 """HFRolloutEngine: batched sampling with a `transformers` model and its KV cache, plus `make_engine`.
 
 One loop, no `model.generate`: prefill each distinct left-padded prompt once (its G rows share the
-cache), then feed one token per row per step, through FusedDecoder (Llama / Qwen2 on a CPU), its
-static-shape step replayed as a CUDA graph (GraphedDecoder: Llama / Qwen2 on a GPU) or the model's
-forward with a DynamicCache. Position ids come from the attention mask (as in
+cache), then feed one token per row per step, through FusedDecoder (Llama / Qwen2 on a CPU, with or
+without peft LoRA adapters), its static-shape step replayed as a CUDA graph (GraphedDecoder: Llama / Qwen2
+on a GPU) or the model's forward with a DynamicCache. Position ids come from the attention mask (as in
 `compute_logprobs`), so the log-probs recorded here equal a teacher-forced re-scoring of the same tokens
 (to float rounding, ~1e-6). Randomness comes only from a torch.Generator seeded by `params.seed`, so
 torch's global RNG state is never touched. Each phase is tagged with torch.profiler.record_function
@@ -66,7 +66,9 @@ class HFRolloutEngine:
     CUDA graph per chunk (GraphedDecoder; Llama / Qwen2; on a CPU the same step runs eagerly, for tests;
     opt-in until it has been measured on a GPU: benchmarks/rollout_gpu.py, scripts/gpu_check.sh);
     "hf": the model's own forward with a DynamicCache; "auto": fused for float32 weights on a CPU when the
-    model supports it, else hf (on a GPU transformers' SDPA kernels are kept).
+    model supports it, else hf (on a GPU transformers' SDPA kernels are kept). A peft LoRA model
+    (`model.lora.*`) runs fused / graph too: the adapters are merged into the fused weights' copies once
+    per chunk, the base weights alone inside `reference_policy` (`fused_unsupported` names what is refused).
     """
 
     def __init__(

@@ -14,7 +14,8 @@ The prefill runs on the same fused weights: each distinct prompt once (the G row
 all its columns at a time, with torch's SDPA for the causal attention; its K/V go straight into every
 row's cache (x1.1-1.3 less CPU time than transformers' forward plus a copy into the cache, measured on
 the benchmark models at 16 and 128 prompt tokens; packed weights serve both). The fused weights are
-concatenated copies made once per `generate` call (the trainer changes the weights between calls); for
+concatenated copies made once per `generate` call (the trainer changes the weights between calls; LoRA
+adapters are merged into these copies); for
 large enough weights and batches they are packed for oneDNN's fp32 linear instead of MKL's (see
 PACK_MIN_WEIGHTS: x1.1 on the 5.6 M benchmark model, x1.56 on Qwen2.5-0.5B's shapes).
 Results equal transformers' up to float rounding; tests check the prefill's logits against the model's
@@ -23,8 +24,13 @@ greedy tokens exactly.
 
 Supported: `LlamaForCausalLM` / `Qwen2ForCausalLM` with plain `nn.Linear` layers, SiLU MLP, full
 attention on every layer (no sliding window); any RoPE type (the model's own rotary module computes
-cos/sin). Anything else (PEFT-wrapped, quantised, other architectures) -> `fused_unsupported` says why
-and the engine uses transformers' forward.
+cos/sin). Also such a model wrapped by peft with LoRA adapters on its linear layers (hadw's
+`model.lora.*`): each projection's fused weight is then W + sum of `get_delta_weight(a)` over the active
+adapters (`linear_weights`), W alone where the adapters are switched off (`reference_policy`) or merged,
+computed into the copies the fused weights are anyway; the model's own weights are never written (no peft
+merge/unmerge: a crash between the two would leave the training weights changed, and W + d - d is not W
+in floats). Anything else (DoRA and other LoRA variants, other adapter types, quantised layers, other
+architectures) -> `fused_unsupported` says why and the engine uses transformers' forward.
 """
 
 from __future__ import annotations
@@ -41,8 +47,33 @@ from hadw.rollout.logprobs import position_ids_from_mask
 SUPPORTED_TYPES = ("llama", "qwen2")
 
 
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers causal LM inside `model`: a peft model's base model (its LoRA layers sit inside), else
+    `model`. (A PeftModel's own `.model` is peft's LoraModel, not transformers' decoder body.)"""
+    return model.get_base_model() if _is_peft(model) else model
+
+
+def _is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def _is_peft_module(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("peft.")
+
+
 def fused_unsupported(model: nn.Module) -> str | None:
-    """None if FusedDecoder can run `model`, else a short reason why not."""
+    """None if FusedDecoder can run `model`, else a short reason why not.
+
+    A peft model is supported when it wraps a supported Llama / Qwen2 and every peft layer in it is a plain LoRA
+    Linear over an nn.Linear projection (the adapters are then merged into the fused weights exactly:
+    `linear_weights`); DoRA and the other LoRA variants, other adapter types (prompt tuning, IA3, ...), LoRA on
+    the embeddings and wrapped heads or embeddings (modules_to_save) are refused.
+    """
+    if _is_peft(model):
+        reason = _peft_unsupported(model)
+        if reason:
+            return reason
+        model = model.get_base_model()
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_TYPES}"
@@ -55,17 +86,92 @@ def fused_unsupported(model: nn.Module) -> str | None:
     if getattr(cfg, "use_sliding_window", False):
         return "use_sliding_window is on"
     for name, module in model.named_modules():
-        if name.endswith(("_proj", "lm_head")) and type(module) is not nn.Linear:
-            return f"{name} is a {type(module).__name__}, not a plain nn.Linear"
+        if name.endswith(("_proj", "lm_head")):
+            reason = _linear_unsupported(module)
+            if reason:
+                return f"{name} {reason}"
+        elif _is_peft_module(module) and not _is_peft_module(_parent(model, name)):
+            return f"{name} is a peft {type(module).__name__} (only LoRA on linear projections is merged)"
     return None
 
 
-def _cat_weights(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Row-concatenated weight [sum(out), in] and bias (None when no layer has one)."""
-    weight = torch.cat([lin.weight for lin in linears])
-    if all(lin.bias is None for lin in linears):
+def _parent(model: nn.Module, name: str) -> nn.Module:
+    """The module holding submodule `name` ("" for the root's children)."""
+    return model.get_submodule(name.rpartition(".")[0])
+
+
+def _peft_unsupported(model: nn.Module) -> str | None:
+    """None if `model`'s peft adapters are all LoRA (the kind `linear_weights` merges), else why not."""
+    kinds = {str(getattr(c.peft_type, "value", c.peft_type)) for c in model.peft_config.values()}
+    if kinds != {"LORA"}:
+        return f"peft adapter type(s) {sorted(kinds)}: only LoRA is merged into the fused weights"
+    return None
+
+
+def _linear_unsupported(module: nn.Module) -> str | None:
+    """None if `linear_weights` gives `module`'s effective weight exactly, else why not (no name)."""
+    if type(module) is nn.Linear:
+        return None
+    if not _is_peft_module(module):
+        return f"is a {type(module).__name__}, not a plain nn.Linear"
+    from peft.tuners.lora.layer import Linear as LoraLinear  # peft is installed: the module came from it
+
+    if type(module) is not LoraLinear:  # quantised (bnb, gptq, ...) or another adapter type's layer
+        return f"is a peft {type(module).__name__}, not a LoRA Linear"
+    if type(module.base_layer) is not nn.Linear:
+        return f"is a LoRA Linear over a {type(module.base_layer).__name__}, not over a plain nn.Linear"
+    if module.fan_in_fan_out:
+        return "is a LoRA Linear with fan_in_fan_out"
+    for adapter in _live_adapters(module):
+        variant = getattr(module, "lora_variant", {}).get(adapter)  # peft >= 0.16: DoRA, aLoRA, ... live here
+        dora = getattr(module, "use_dora", {}).get(adapter, False)
+        if variant is not None or dora:
+            kind = "DoRA" if dora else type(variant).__name__
+            return f"uses {kind} (adapter {adapter!r}): only plain LoRA is merged into the fused weights"
+    if module.merged and module.disable_adapters:
+        # peft's forward would unmerge in place; W - delta is not the base weight bit for bit either.
+        return "holds merged adapters that are switched off (the base weight is not there to read)"
+    return None
+
+
+def _live_adapters(module: nn.Module) -> list[str]:
+    """The adapters peft's forward adds on top of the base layer (when not disabled or merged)."""
+    return [name for name in module.active_adapters if name in module.lora_A]
+
+
+def linear_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight [out, in] and bias [out] (or None) that `module`'s forward applies: y = x W^T + b.
+
+    A plain nn.Linear: its own parameters (no copy). A peft LoRA Linear: what its forward computes, as in peft's
+    merge but into new tensors (the model's weights are never written): the base layer's weight plus
+    `get_delta_weight(a)` (scaling included) for each active adapter a, and the base bias plus
+    lora_B[a].bias * scaling[a] where lora_bias is on; the base layer alone when adapters are disabled
+    (`disable_adapter()`, hadw's `reference_policy`) or already merged into it. Dropout is left out (eval).
+    """
+    if type(module) is nn.Linear:
+        return module.weight, module.bias
+    reason = _linear_unsupported(module)
+    if reason:
+        raise ValueError(f"linear_weights: {type(module).__name__} {reason}")
+    base = module.base_layer
+    weight, bias = base.weight, base.bias
+    if module.disable_adapters or module.merged:  # what peft's forward runs: base_layer(x) alone
+        return weight, bias
+    for adapter in _live_adapters(module):
+        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)  # a new tensor: base left alone
+        if getattr(module, "lora_bias", {}).get(adapter, False):
+            extra = module.lora_B[adapter].bias * module.scaling[adapter]
+            bias = extra.to(weight.dtype) if bias is None else bias + extra.to(bias.dtype)
+    return weight, bias
+
+
+def _cat_weights(*linears: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row-concatenated effective weight [sum(out), in] and bias (None when no layer has one)."""
+    pairs = [linear_weights(lin) for lin in linears]
+    weight = torch.cat([w for w, _ in pairs])
+    if all(b is None for _, b in pairs):
         return weight, None
-    biases = [lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears]
+    biases = [b if b is not None else w.new_zeros(w.shape[0]) for w, b in pairs]
     return weight, torch.cat(biases)
 
 
@@ -178,6 +284,10 @@ class FusedDecoder:
         could be NaN). matmul_dtype: mixed precision as autocast computes it: the projections' weights, the
         K/V cache and attention in this dtype (cast once, here, not on every step), the embeddings, norms
         and residual stream in `dtype`; run the decoder with autocast off."""
+        reason = fused_unsupported(model)  # checked here too: a layer's adapters may have been merged since
+        if reason:
+            raise ValueError(f"FusedDecoder cannot run this model: {reason}")
+        model = causal_lm(model)  # peft: config, embeddings, norms and rotary live on the base model
         cfg = model.config
         core = model.model
         stream_cast = functools.partial(_cast, dtype=dtype)  # embeddings and norms
@@ -192,7 +302,7 @@ class FusedDecoder:
         self.final_norm = stream_cast(core.norm.weight)
         batch, prompt_len = prompt_mask.shape
         pack = batch >= PACK_MIN_ROWS and max_new_tokens >= PACK_MIN_STEPS
-        self.lm_head = _Proj(cast(model.lm_head.weight), cast(model.lm_head.bias), batch, pack)
+        self.lm_head = _Proj(*map(cast, linear_weights(model.lm_head)), batch, pack)
         self.layers = [self._fuse(layer, batch, pack, cast, stream_cast) for layer in core.layers]
 
         total = prompt_len + max_new_tokens
@@ -223,10 +333,10 @@ class FusedDecoder:
         return _Layer(
             norm_in=stream_cast(layer.input_layernorm.weight),
             qkv=_Proj(*map(cast, _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)), rows, pack),
-            o=_Proj(cast(attn.o_proj.weight), cast(attn.o_proj.bias), rows, pack),
+            o=_Proj(*map(cast, linear_weights(attn.o_proj)), rows, pack),
             norm_post=stream_cast(layer.post_attention_layernorm.weight),
             gate_up=_Proj(*map(cast, _cat_weights(mlp.gate_proj, mlp.up_proj)), rows, pack),
-            down=_Proj(cast(mlp.down_proj.weight), cast(mlp.down_proj.bias), rows, pack),
+            down=_Proj(*map(cast, linear_weights(mlp.down_proj)), rows, pack),
         )
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

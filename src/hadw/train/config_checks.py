@@ -46,11 +46,6 @@ def _check_lora(cfg: Config) -> None:
         raise ConfigError(f"model.lora.dropout={lora.dropout} is out of range; allowed: [0, 1)")
     if not lora.target_modules.strip(" ,"):
         raise ConfigError("model.lora.target_modules is empty; give 'all-linear' or module names like q_proj,v_proj")
-    if lora.enabled and cfg.rollout.decoder in ("fused", "graph"):  # they read the base weights, not the adapters
-        raise ConfigError(
-            f"rollout.decoder={cfg.rollout.decoder} cannot sample from a LoRA policy (it reads the base weights); "
-            "use rollout.decoder=auto or hf with model.lora.enabled=true"
-        )
 
 
 def _progress_mode(value: Any) -> None:
