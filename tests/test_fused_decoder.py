@@ -93,8 +93,8 @@ def model_tok(request):
 def set_packing(monkeypatch, pack: str) -> None:
     """ "all": every projection (LM head included) through oneDNN's packed linear, as real-size weights and
     batches take it; "none": MKL's F.linear for all. The test models and batches are below the thresholds."""
-    for name in ("PACK_MIN_WEIGHTS", "PACK_MIN_ROWS", "PACK_MIN_STEPS"):
-        monkeypatch.setattr(fused_module, name, 0 if pack == "all" else 10**12)
+    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0 if pack == "all" else 10**12)
+    monkeypatch.setattr(fused_module, "PACKING", "always" if pack == "all" else "never")
 
 
 @pytest.mark.parametrize("decoder", ["fused", "graph"])
@@ -440,3 +440,45 @@ def test_lora_variants_and_other_adapters_are_refused_and_auto_falls_back():
     with merged.disable_adapter():  # peft's forward would unmerge in place; refused, auto falls back
         assert "merged" in fused_unsupported(merged)
         assert HFRolloutEngine(merged, tok).resolved_decoder() == "hf"
+
+
+@pytest.mark.parametrize("rows", [8, 16, 64])
+def test_packing_is_chosen_by_measured_speed_at_any_row_count(rows, monkeypatch):
+    """Each projection is packed when packing (its one-off reorder included) is measured faster over the batch's
+    calls: at 8 and 16 rows too (before: never below 32 rows, whatever this CPU measured)."""
+    model, _ = make_model("qwen2-gqa2")
+    monkeypatch.setattr(fused_module, "PACK_MIN_WEIGHTS", 0)
+    mask = torch.ones(rows, 3, dtype=torch.long)
+
+    def decoder_with(reorder_s, linear_s, packed_s, new_tokens=15):
+        timings = iter([reorder_s, linear_s, packed_s] * 100)
+        monkeypatch.setattr(fused_module, "_best_seconds", lambda fn, repeats=5: next(timings))
+        fused_module.packing_pays.cache_clear()
+        decoder = FusedDecoder(model, mask, max_new_tokens=new_tokens)
+        return [p.packed is not None for p in [decoder.lm_head, *(layer.qkv for layer in decoder.layers)]]
+
+    if not fused_module.packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    assert all(decoder_with(reorder_s=1.0, linear_s=2.0, packed_s=1.0))  # 1 + 16 x 1 < 16 x 2
+    assert not any(decoder_with(reorder_s=1.0, linear_s=1.0, packed_s=2.0))  # slower per call
+    assert not any(decoder_with(reorder_s=50.0, linear_s=2.0, packed_s=1.0))  # the reorder is not won back
+    assert all(decoder_with(reorder_s=50.0, linear_s=2.0, packed_s=1.0, new_tokens=99))  # over 100 calls it is
+    fused_module.packing_pays.cache_clear()
+
+
+def test_bf16_weights_pack_and_sample_what_unpacked_bf16_samples(monkeypatch):
+    """Under bf16 autocast the fused projections are bf16; packed for oneDNN (AMX / avx512_bf16 where the CPU has
+    them) they give the unpacked bf16 log-probs to bf16's rounding, and greedy tokens alike."""
+    if not fused_module.packing_available(torch.bfloat16):
+        pytest.skip("this torch build has no oneDNN packed bf16 linear")
+    model, tok = make_model("llama-gqa4-biases-headdim")
+    params = SamplingParams(n=2, temperature=0.0, max_new_tokens=8, seed=1)
+    out = {}
+    for pack in ("none", "all"):
+        set_packing(monkeypatch, pack)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out[pack] = HFRolloutEngine(model, tok, decoder="fused").generate(prompts_of(tok), params)
+    real = out["none"].response_mask.bool()
+    assert float((out["all"].logprobs - out["none"].logprobs)[real].abs().max()) < 0.05
+    agree = (out["all"].response_ids == out["none"].response_ids)[real].float().mean()
+    assert float(agree) > 0.9

@@ -15,9 +15,10 @@ all its columns at a time, with torch's SDPA for the causal attention; its K/V g
 row's cache (x1.1-1.3 less CPU time than transformers' forward plus a copy into the cache, measured on
 the benchmark models at 16 and 128 prompt tokens; packed weights serve both). The fused weights are
 concatenated copies made once per `generate` call (the trainer changes the weights between calls; LoRA
-adapters are merged into these copies); for
-large enough weights and batches they are packed for oneDNN's fp32 linear instead of MKL's (see
-PACK_MIN_WEIGHTS: x1.1 on the 5.6 M benchmark model, x1.56 on Qwen2.5-0.5B's shapes).
+adapters are merged into these copies; under bf16 autocast the projections are cast to bf16 here, once). Each
+large enough weight is packed for oneDNN's linear instead of F.linear where that is measured faster on this CPU
+for this shape and row count (`packing_pays`: x1.1 on the 5.6 M benchmark model, x1.56 on Qwen2.5-0.5B's shapes
+at 64 rows on an AVX-512 core; x1.7-2.6 on SmolLM2-135M's at 8-32 rows on a Sapphire Rapids core).
 Results equal transformers' up to float rounding; tests check the prefill's logits against the model's
 forward, the sampled log-probs against a teacher-forced re-scoring (`compute_logprobs`) to 1e-5 and
 greedy tokens exactly.
@@ -36,6 +37,8 @@ architectures) -> `fused_unsupported` says why and the engine uses transformers'
 from __future__ import annotations
 
 import functools
+import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -190,47 +193,77 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     return e.div_(e.sum(dim=-1, keepdim=True)).to(scores.dtype)
 
 
-# When a projection runs through oneDNN's packed fp32 linear (the kernel PyTorch's Inductor picks on a CPU)
-# instead of MKL's F.linear. Measured at 64 rows, 1 thread: x1.08 at 128x768 weights, x1.16 at 256x1280,
-# x1.4 at 896x1152 and x2.1 at 896x9728 (Qwen2.5-0.5B's q|k|v and gate|up); a whole Qwen2.5-0.5B-shaped
-# decode step x1.56 (benchmarks/decode_step.py). Below ~100 k weights its per-call overhead loses (x0.69
-# at 128x128), below ~32 rows it is as often slower as faster, and packing costs about one copy of the
-# weights per batch, which a handful of steps does not win back.
+# When a projection runs through oneDNN's packed linear (the kernel PyTorch's Inductor picks on a CPU) instead of
+# F.linear: decided by measuring both, once per weight shape, row count, step count and dtype (`packing_pays`).
+# A fixed rule was wrong across CPUs: on an AVX-512 core without bf16 the packed fp32 linear won from ~32 rows
+# (x1.08 at 128x768 weights, x2.1 at Qwen2.5-0.5B's 896x9728, 64 rows); on a Sapphire Rapids core it wins from
+# 8 rows (x1.7-2.6 at SmolLM2-135M's shapes), and in bf16 by x1.4-2.7 more. Weights under PACK_MIN_WEIGHTS
+# elements are never packed (the per-call overhead loses: x0.69 at 128x128) and never timed.
 PACK_MIN_WEIGHTS = 96 * 1024
-PACK_MIN_ROWS = 32
-PACK_MIN_STEPS = 16
+PACKING = "measured"  # "measured" | "always" | "never" (tests and benchmarks force one)
 
 
 @functools.cache
-def packing_available() -> bool:
-    """Whether this torch build runs oneDNN's packed fp32 linear, and gets F.linear's result (checked once)."""
+def packing_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch build runs oneDNN's packed linear in `dtype`, and gets F.linear's result (checked once)."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:
         with torch.inference_mode():
-            weight = torch.linspace(-1, 1, 128).view(8, 16)  # fixed values: torch's global RNG stays untouched
-            x = torch.linspace(-2, 3, 64).view(4, 16)
+            weight = torch.linspace(-1, 1, 128).view(8, 16).to(dtype)  # fixed values: the global RNG stays untouched
+            x = torch.linspace(-2, 3, 64).view(4, 16).to(dtype)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, 4)
             y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        return torch.allclose(y, F.linear(x, weight), atol=1e-5)
+        tolerance = 1e-5 if dtype == torch.float32 else 5e-2
+        return torch.allclose(y.float(), F.linear(x, weight).float(), atol=tolerance, rtol=tolerance)
     except (RuntimeError, AttributeError, NotImplementedError):  # op missing or not built for this CPU
         return False
+
+
+def _best_seconds(fn, repeats: int = 5) -> float:
+    """The fastest of `repeats` calls (the least disturbed by other work on the machine)."""
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+@torch.inference_mode()
+def packing_pays(out_features: int, in_features: int, rows: int, steps: int, dtype: torch.dtype) -> bool:
+    """Whether packing a [out, in] weight once and running `steps` calls on `rows` rows through oneDNN's packed
+    linear takes less time than `steps` F.linear calls: both timed here, once per process and shape."""
+    if not packing_available(dtype):
+        return False
+    weight = torch.linspace(-1, 1, out_features * in_features).view(out_features, in_features).to(dtype)
+    x = torch.linspace(-1, 1, rows * in_features).view(rows, in_features).to(dtype)
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    packed = reorder(weight, rows)
+    pack_s = _best_seconds(lambda: reorder(weight, rows), 2)
+    linear_s = _best_seconds(lambda: F.linear(x, weight))
+    packed_s = _best_seconds(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    return pack_s + steps * packed_s < steps * linear_s
 
 
 class _Proj:
     """One projection of the decode step, y = x W^T + b [+ residual]. W [out, in], b [out] or None.
 
-    With `pack` (the batch is large enough) a weight of at least PACK_MIN_WEIGHTS elements (float32, CPU,
-    oneDNN present) is repacked once into oneDNN's blocked layout for `rows` rows; others use W as it is.
+    A weight of at least PACK_MIN_WEIGHTS elements (CPU, oneDNN present) is repacked once into oneDNN's blocked
+    layout for `rows` rows when that is measured faster over `steps` calls (`packing_pays`); others use W as is.
     The input is cast to W's dtype (mixed precision: bf16 weights, a float32 residual stream), and a
     residual of another dtype is added outside the matmul, so the stream keeps its precision, as under
     autocast, where a bf16 projection's output added to the float32 embedding stream stays float32.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, pack: bool):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, steps: int):
         self.bias, self.dtype = bias, weight.dtype
-        pack = pack and weight.numel() >= PACK_MIN_WEIGHTS and weight.device.type == "cpu"
-        pack = pack and weight.dtype == torch.float32 and packing_available()
+        pack = PACKING != "never" and weight.numel() >= PACK_MIN_WEIGHTS and weight.device.type == "cpu"
+        if pack and PACKING == "always":
+            pack = packing_available(weight.dtype)
+        elif pack:
+            pack = packing_pays(*weight.shape, rows, steps, weight.dtype)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if pack else None
         self.weight = None if self.packed is not None else weight
 
@@ -301,9 +334,9 @@ class FusedDecoder:
         self.embed = stream_cast(core.embed_tokens.weight)  # [V, H]
         self.final_norm = stream_cast(core.norm.weight)
         batch, prompt_len = prompt_mask.shape
-        pack = batch >= PACK_MIN_ROWS and max_new_tokens >= PACK_MIN_STEPS
-        self.lm_head = _Proj(*map(cast, linear_weights(model.lm_head)), batch, pack)
-        self.layers = [self._fuse(layer, batch, pack, cast, stream_cast) for layer in core.layers]
+        steps = max_new_tokens + 1  # calls of each projection: the prefill, then a step per new token
+        self.lm_head = _Proj(*map(cast, linear_weights(model.lm_head)), batch, steps)
+        self.layers = [self._fuse(layer, batch, steps, cast, stream_cast) for layer in core.layers]
 
         total = prompt_len + max_new_tokens
         d, kv = self.head_dim, self.num_kv
@@ -328,15 +361,15 @@ class FusedDecoder:
         self.cos, self.sin = cos[0].to(dtype), (sin[0] * sign).to(dtype)  # [positions, D], q and k's dtype
 
     @staticmethod
-    def _fuse(layer: nn.Module, rows: int, pack: bool, cast, stream_cast) -> _Layer:
+    def _fuse(layer: nn.Module, rows: int, steps: int, cast, stream_cast) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         return _Layer(
             norm_in=stream_cast(layer.input_layernorm.weight),
-            qkv=_Proj(*map(cast, _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)), rows, pack),
-            o=_Proj(*map(cast, linear_weights(attn.o_proj)), rows, pack),
+            qkv=_Proj(*map(cast, _cat_weights(attn.q_proj, attn.k_proj, attn.v_proj)), rows, steps),
+            o=_Proj(*map(cast, linear_weights(attn.o_proj)), rows, steps),
             norm_post=stream_cast(layer.post_attention_layernorm.weight),
-            gate_up=_Proj(*map(cast, _cat_weights(mlp.gate_proj, mlp.up_proj)), rows, pack),
-            down=_Proj(*map(cast, linear_weights(mlp.down_proj)), rows, pack),
+            gate_up=_Proj(*map(cast, _cat_weights(mlp.gate_proj, mlp.up_proj)), rows, steps),
+            down=_Proj(*map(cast, linear_weights(mlp.down_proj)), rows, steps),
         )
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
