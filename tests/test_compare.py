@@ -3,6 +3,7 @@ run status / reuse / resume, and a real (tiny) two-arm run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -354,6 +355,64 @@ def test_a_signal_stops_a_sweep_of_jobs_1_after_saving(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of the live processes whose environment holds `marker` (a command's workers, reparented or not)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find the workers")
+def test_a_signal_to_compare_jobs_2_stops_its_workers_and_starts_no_queued_run(tmp_path):
+    """SIGTERM to `hadw compare --jobs 2` (kill PID, as a scheduler or a user does): the parent died at once, its
+    workers saved their runs (die_with_parent) and then went on, parentless, with the runs queued behind them,
+    holding the cores and racing a re-run for those run folders. Now the runs save, no queued run starts, every
+    worker ends, and the command exits 143 with the one line that says how to go on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from hadw.train.checkpoint import latest_checkpoint
+    from tests.conftest import TINY_COMPARE_RECIPE
+
+    repo = Path(__file__).resolve().parents[1]
+    marker = f"HADW_TEST_SWEEP={uuid.uuid4().hex}"
+    sets = [x for o in [*TINY_COMPARE_RECIPE, "train.steps=100000"] for x in ("--set", o)]
+    out = tmp_path / "sweep"
+    command = ["compare", "--out", str(out), "-a", "a:", "-a", "b:", "--seeds", "0-1", "--jobs", "2", *sets]
+    env = os.environ | {"PYTHONPATH": str(repo / "src"), marker.split("=")[0]: marker.split("=")[1]}
+    with open(tmp_path / "stderr", "w") as stderr:  # a file: a pipe nobody reads could block the stop line
+        proc = subprocess.Popen([sys.executable, "-m", "hadw.cli", *command], env=env, stdout=subprocess.DEVNULL,
+                                stderr=stderr)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        first = [out / arm / "seed0" / "metrics.jsonl" for arm in "ab"]
+        while not all(m.is_file() and m.stat().st_size > 0 for m in first):
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "stderr").read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        err = (tmp_path / "stderr").read_text()
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("SIGTERM: the sweep stopped at run ") and "run the same hadw compare" in last, err
+        assert all(latest_checkpoint(m.parent) is not None for m in first)  # both running runs saved their steps
+        time.sleep(2)  # a worker that went on would be loading the next run's model by now
+        assert _processes_with(marker) == [], err  # no worker outlived the command
+        assert not (out / "a" / "seed1").exists() and not (out / "b" / "seed1").exists()  # nothing queued started
+    finally:
+        for pid in [proc.pid, *_processes_with(marker)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_run_another_process_trains_is_never_truncated(tmp_path):

@@ -221,6 +221,7 @@ def execute_run(spec: RunSpec) -> dict:
             "error": None,
         }
     except SignalStop as err:  # the run saved and stopped on a signal: the sweep stops too (run_all)
+        _worker_stop.append(err.signum)  # in a pool worker: the runs queued behind this one are not started
         return {
             "arm": spec.arm,
             "seed": spec.seed,
@@ -325,16 +326,37 @@ def lock_sweep(out_dir: str | Path, create: bool = True):
     return FolderLock(out, SWEEP_LOCK, f"--out {out}", "hadw compare", "--out")
 
 
+# A worker process's stop: the signal that stopped a run here, or arrived between runs. A worker that has one starts
+# no further run: the pool hands a worker the runs queued behind the stopped one, and before this a stopped
+# `hadw compare --jobs N` left workers training them with no parent (a re-run raced them for the run folders).
+_worker_stop: list[int] = []
+
+
 def _init_worker(parent_pid: int) -> None:
     import os
     import signal
 
-    from hadw.processes import die_with_parent
+    from hadw.processes import STOP_SIGNALS, die_with_parent, request_stop
 
     # Runs share the cores; more threads per process only thrash. Set before the worker imports torch.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+
+    def between_runs(signum, frame):  # a trainer's own handlers replace this while it trains, and restore it
+        _worker_stop.append(signum)
+        request_stop(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, between_runs)
     die_with_parent(parent_pid, signal.SIGTERM)  # a killed `hadw compare` stops its runs at a safe point
+
+
+def _not_started(spec: RunSpec, signum: int) -> dict:
+    import signal
+
+    name = signal.Signals(signum).name
+    return {"arm": spec.arm, "seed": spec.seed, "status": "not started", "signal": signum,
+            "error": f"Interrupted: {name}: the sweep stopped before this run started"}  # fmt: skip
 
 
 def run_all(
@@ -353,13 +375,60 @@ def run_all(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = mp.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(worker, spec) for spec in specs]
+    stopped: list[int] = []  # a stop signal this process received
+    with (
+        ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(os.getpid(),)) as pool,
+        _signals_reach_the_workers(stopped),
+    ):
+        futures = {pool.submit(_start_unless_stopped, worker, spec): spec for spec in specs}
         for future in as_completed(futures):
+            if future.cancelled():  # never handed to a worker: the sweep stopped first
+                results.append(_not_started(futures[future], stopped[0]))
+                continue
             results.append(future.result())
-            if on_done:
+            if stopped:  # the runs still queued are cancelled; those already handed out start nothing
+                for other in futures:
+                    other.cancel()
+            if on_done and not results[-1].get("signal"):
                 on_done(results[-1])
+    interrupted = [r for r in results if r.get("signal") and r["status"] != "not started"]
+    if stopped or interrupted:
+        first = (interrupted or [r for r in results if r.get("signal")])[0]
+        raise _sweep_stopped(first, sum(r["status"] != "not started" for r in results), len(specs))
     return results
+
+
+def _start_unless_stopped(worker: Callable[[RunSpec], dict], spec: RunSpec) -> dict:
+    """In a pool worker: `worker(spec)`, unless this worker already stopped on a signal."""
+    return _not_started(spec, _worker_stop[0]) if _worker_stop else worker(spec)
+
+
+@contextlib.contextmanager
+def _signals_reach_the_workers(stopped: list[int]):
+    """While a pool runs: a stop signal to `hadw compare` is recorded in `stopped` and sent on to every worker as
+    SIGTERM (each run finishes its step and saves it; a worker between runs starts none), so `kill PID` of the
+    command stops the sweep as Ctrl-C of its whole process group does. Workers stop a run only on a second SIGINT,
+    so a terminal's Ctrl-C, which reaches them too, followed by this SIGTERM, still saves the step."""
+    import multiprocessing as mp
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        stopped.append(signum)
+        for child in mp.active_children():
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 # The report files `hadw compare` writes in --out; each is recognised as its own by its first bytes (the
