@@ -93,3 +93,32 @@ def test_the_first_mini_batch_is_its_own_pi_old(tiny_path, tmp_path, monkeypatch
     assert everything == [rows]
     for a, b in zip(weights, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_compute_dtype_auto_is_bf16_where_the_cpu_multiplies_bf16(tiny_path, tmp_path, monkeypatch, native):
+    """model.compute_dtype=auto: bf16 autocast (and the π_old re-score) on a CPU with AVX512-BF16 / AMX, float32
+    elsewhere, where bf16 is converted around each multiply and costs more than it saves."""
+    from hadw.rollout import precision
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    trainer = _trainer(tiny_path, tmp_path / str(native), "model.compute_dtype=auto")
+    assert trainer.compute_dtype == ("bfloat16" if native else "float32")
+    assert trainer._recompute_logprobs == native
+    with trainer.autocast():
+        assert torch.is_autocast_enabled("cpu") == native
+    assert precision.resolve_compute_dtype("float32", torch.device("cpu")) == "float32"  # an explicit choice stays
+
+
+def test_native_bf16_reads_this_cpu():
+    """The check agrees with the CPU's own flags (avx512_bf16 / amx_bf16 in /proc/cpuinfo), on whatever CPU runs it."""
+    from pathlib import Path
+
+    from hadw.rollout import precision
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo here")
+    flags = next((line.split() for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), [])
+    precision.cpu_has_native_bf16.cache_clear()
+    assert precision.cpu_has_native_bf16() == any(f in flags for f in precision.BF16_CPU_FLAGS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hadw.rollout.precision import COMPUTE_DTYPES
 from hadw.train.config_schema import Config, ConfigError, DataConfig
 
 
@@ -69,7 +70,7 @@ def validate(cfg: Config) -> None:
             "its resolution are lost); keep model.dtype=float32 and set model.compute_dtype=bfloat16 for "
             "mixed precision"
         )
-    _choice("model.compute_dtype", cfg.model.compute_dtype, ("float32", "bfloat16"))
+    _choice("model.compute_dtype", cfg.model.compute_dtype, COMPUTE_DTYPES)
     _choice("model.device", cfg.model.device, ("auto", "cpu", "cuda"))
     _choice("model.tiny.arch", cfg.model.tiny.arch, ("qwen2", "llama"))
     _choice("algorithm.preset", a.preset, tuple(LOSS_PRESETS))

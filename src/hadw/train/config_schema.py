@@ -78,9 +78,11 @@ class ModelConfig:
     # Storage dtype of the trained weights, gradients and AdamW state. Only float32: AdamW steps of
     # lr ~1e-6 are below bfloat16's resolution, so bf16 weights would barely move (issue 10).
     dtype: str = "float32"
-    # Dtype of the forward/backward passes (mixed precision via torch.autocast): float32 | bfloat16.
-    # bfloat16 is TRL's `bf16=True` and verl's default on GPU; on CPU it is slower and only worth it
-    # to check a GPU recipe. Master weights stay float32 either way.
+    # Dtype of the forward/backward passes and of sampling (mixed precision via torch.autocast): float32 |
+    # bfloat16 | auto (bfloat16 where the device multiplies bf16 natively: a GPU with bf16, a CPU with AVX512-BF16
+    # or AMX; else float32). bfloat16 is TRL's `bf16=True` and verl's default on GPU; on a CPU without native bf16
+    # it is slower. Master weights stay float32 either way. float32 by default: the demo and every shipped figure
+    # reproduce to the digit only in float32 (benchmarks/bf16_equivalence asks whether bf16 learns the same).
     compute_dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)

@@ -38,6 +38,7 @@ from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, compute_
 from hadw.rollout.batch import completion_ids
 from hadw.rollout.lora import is_lora, reference_policy
 from hadw.rollout.models import model_device
+from hadw.rollout.precision import resolve_compute_dtype
 from hadw.safe_files import atomic_write_text, disk_full_is_one_line
 from hadw.train.checkpoint import (
     latest_checkpoint,
@@ -169,7 +170,8 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         )
         # Sampled log-probs equal a teacher-forced re-scoring to ~1e-6 in float32 (tests/test_rollout.py);
         # under bf16 autocast the cached decoder rounds differently, so the ratio would not start at 1.
-        recompute, mixed = cfg.rollout.recompute_logprobs, cfg.model.compute_dtype != "float32"
+        self.compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, self.device)  # "auto" for this device
+        recompute, mixed = cfg.rollout.recompute_logprobs, self.compute_dtype != "float32"
         self._recompute_logprobs = recompute == "always" or (recompute == "auto" and mixed)
         self._skip_long_prompts()
         self._no_signal_streak, self._warned_no_signal = 0, False
@@ -216,7 +218,7 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
 
     def autocast(self) -> AbstractContextManager:
         """Forward passes in model.compute_dtype (mixed precision); a no-op in float32."""
-        dtype = self.cfg.model.compute_dtype
+        dtype = self.compute_dtype
         if dtype == "float32":
             return nullcontext()
         return torch.autocast(self.device.type, dtype=getattr(torch, dtype))
