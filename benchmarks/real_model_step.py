@@ -38,7 +38,7 @@ import torch
 from bench_report import add_report_option, report
 from roofline import bandwidth, matmul_peaks, model_flops_per_token, spread
 
-from hadw import metrics as M
+import hadw
 from hadw.train.config import load_config
 from hadw.train.trainer import Trainer
 
@@ -49,16 +49,19 @@ CONFIGS = {
     "bf16": ["model.compute_dtype=bfloat16"],
     "bf16, sampler π_old": ["model.compute_dtype=bfloat16", "rollout.recompute_logprobs=never"],
 }
-PHASES = {  # report column -> metric
-    "generate": M.TIME_GEN,
-    "score": M.TIME_REWARD,
-    "π_old re-score": M.TIME_OLD_LOGPROB,
-    "forward": M.TIME_FORWARD,
-    "backward": M.TIME_BACKWARD,
-    "optimiser": M.TIME_OPTIMIZER,
-    "step": M.TIME_STEP,
+# Report column -> metric, spelled out rather than read from hadw.metrics: the script also measures an older hadw
+# (PYTHONPATH=OLD/src, the "before" of a change) whose trainer logs only timing_s/gen, /reward, /update and /step.
+PHASES = {
+    "generate": "timing_s/gen",
+    "score": "timing_s/reward",
+    "π_old re-score": "timing_s/old_log_prob",
+    "forward": "timing_s/forward",
+    "backward": "timing_s/backward",
+    "optimiser": "timing_s/optimizer",
+    "update": "timing_s/update",
+    "step": "timing_s/step",
 }
-RATIO_KEYS = (M.RATIO_MIN, M.RATIO_MAX, M.PG_CLIPFRAC)
+RATIO_KEYS = ("actor/ratio_min", "actor/ratio_max", "actor/pg_clipfrac")
 
 
 def bf16_peak(repeats: int) -> list[float]:
@@ -115,6 +118,7 @@ def flops(model, shapes: list[tuple[int, int, int]]) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
+    print(f"hadw from {Path(hadw.__file__).parent}")
     matmuls = matmul_peaks(1, 3)  # {library: (n, GFLOP/s by wall, by CPU time)}
     fp32_library = max(matmuls, key=lambda lib: statistics.median(matmuls[lib][2]))
     n, _, fp32_peak = matmuls[fp32_library]
@@ -149,11 +153,14 @@ def measure(args: argparse.Namespace) -> None:
     header = ["configuration", *PHASES, "step ×"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    base = statistics.median(r[M.TIME_STEP] for r in results["fp32"])
+    base = statistics.median(r[PHASES["step"]] for r in results["fp32"])
     for name, records in results.items():
         peak = peaks["bf16" if "bf16" in name else "fp32"]
         cells = [name]
         for column, key in PHASES.items():
+            if key not in records[0]:  # an older hadw: no such phase metric
+                cells.append("—")
+                continue
             seconds = statistics.median(r[key] for r in records)
             share = ""
             if column in work and seconds > 0:
@@ -161,7 +168,7 @@ def measure(args: argparse.Namespace) -> None:
             elif column == "optimiser" and seconds > 0:
                 share = f" ({100 * adam_bytes / seconds / 1e9 / statistics.median(copy_gbs):.0f} % of copy)"
             cells.append(f"{seconds:.2f}{share}")
-        step = [r[M.TIME_STEP] for r in records]
+        step = [r[PHASES["step"]] for r in records]
         cells.append(f"×{base / statistics.median(step):.2f}")
         print("| " + " | ".join(cells) + " |")
     print("\nthe ratio π/π_old over the step's tokens (median over steps of each step's min / max / clip fraction):")

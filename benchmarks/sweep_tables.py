@@ -1,0 +1,133 @@
+"""A finished `hadw compare` sweep kept as a committed raw file, and its paired table rebuilt from that file alone.
+
+`hadw compare` leaves each run's held-out results in its folder (final_eval.json, final_eval_problems.jsonl); the
+folder also holds models and checkpoints, far too big to commit. `pack` keeps what a table needs, per run: the
+arm, the seed, the per-level greedy accuracies and every held-out problem's greedy score (a 0/1 string in the
+problems' order, with the levels once per seed), and checks that the two arms of a seed scored the same problems.
+`tables` rebuilds, from the raw file alone, the primary paired difference (mean and 95 % Student-t interval over
+seeds, MDE at 80 % power, Wilcoxon p as the pre-registered secondary) and the variance split (evaluation sampling
+vs training, from the per-problem scores; hadw.experiments.stats, the same code `hadw compare` reports with).
+
+    python benchmarks/sweep_tables.py pack --out runs/bf16_tiny --baseline fp32 --treatment bf16 \
+        --raw benchmarks/bf16_equivalence/tiny.raw.json --table benchmarks/bf16_equivalence/README.md \
+        --testbed "tiny" --margin 0.02
+    python benchmarks/sweep_tables.py rebuild --raw benchmarks/bf16_equivalence/tiny.raw.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from raw_tables import environment, rebuild
+
+from hadw import metrics as M
+from hadw.experiments.stats import eval_sampling_variance, paired_difference, variance_split
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run_record(run_dir: Path, arm: str, seed: int) -> tuple[dict, list[int], list[int]]:
+    """(the run's row, its problems' levels, their uids' order) from its folder."""
+    final = json.loads((run_dir / M.FINAL_EVAL_FILE).read_text(encoding="utf-8"))
+    rows = M.read_eval_problems(run_dir)
+    if any(len(r["scores"]) != 1 or r["scores"][0] not in (0, 1) for r in rows):
+        raise SystemExit(f"{run_dir}: expected one greedy 0/1 score per problem")
+    greedy = {bucket: values[M.GREEDY] for bucket, values in final.items() if M.GREEDY in values}
+    row = {"arm": arm, "seed": seed, "greedy": greedy, "scores": "".join(str(int(r["scores"][0])) for r in rows)}
+    return row, [r["level"] for r in rows], [r["uid"] for r in rows]
+
+
+def pack(args: argparse.Namespace) -> None:
+    runs, levels = [], {}
+    for arm in (args.baseline, args.treatment):
+        for run_dir in sorted((args.out / arm).glob("seed*"), key=lambda p: int(p.name[4:])):
+            if not (run_dir / M.FINAL_EVAL_FILE).is_file():
+                continue  # unfinished: a sweep still going, or stopped
+            seed = int(run_dir.name[4:])
+            row, run_levels, uids = _run_record(run_dir, arm, seed)
+            if seed in levels and levels[seed][1] != uids:
+                raise SystemExit(f"seed {seed}: the arms scored different held-out problems")
+            levels[seed] = ("".join(str(level) for level in run_levels), uids)
+            runs.append(row)
+    raw = {
+        "script": str(Path(__file__).resolve().relative_to(HERE.parent)),
+        "tables": [str(args.table.resolve().relative_to(HERE.parent))],
+        "command": shlex.join(sys.argv),
+        "environment": environment(),
+        "testbed": args.testbed,
+        "baseline": args.baseline,
+        "treatment": args.treatment,
+        "primary": "all/greedy",
+        "margin": args.margin,
+        "levels": {str(seed): lv for seed, (lv, _) in sorted(levels.items())},
+        "runs": runs,
+    }
+    args.raw.write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.raw}: {len(runs)} runs")
+
+
+def verdict(low: float, high: float, margin: float) -> str:
+    """The pre-registered decision rule, in words."""
+    if low > 0 or high < 0:
+        return f"a difference ({'higher' if low > 0 else 'lower'} with the treatment)"
+    if -margin < low and high < margin:
+        return f"equivalent within ±{margin}"
+    return "no detectable difference at this n"
+
+
+def tables(raw: dict) -> dict[str, str]:
+    base, treat = raw["baseline"], raw["treatment"]
+    by = {(r["arm"], r["seed"]): r for r in raw["runs"]}
+    seeds = sorted(s for (arm, s) in by if arm == treat and (base, s) in by)
+    if len(seeds) < 2:
+        return {"primary": "(fewer than 2 paired seeds finished)", "variance": ""}
+    acc = {arm: {s: by[arm, s]["greedy"]["all"] for s in seeds} for arm in (base, treat)}
+    pair = paired_difference(acc[treat], acc[base], robust="wilcoxon")
+    d = pair.diff
+    scores = {key: [int(c) for c in row["scores"]] for key, row in by.items()}
+    diffs = [acc[treat][s] - acc[base][s] for s in seeds]
+    eval_vars = [eval_sampling_variance(scores[treat, s], scores[base, s]) for s in seeds]
+    problems = sum(len(scores[base, s]) for s in seeds) / len(seeds)
+    split = variance_split(diffs, eval_vars, problems)
+    mean = lambda arm: sum(acc[arm].values()) / len(seeds)
+    primary = "\n".join([
+        f"| testbed | seeds | {base} | {treat} | {treat} − {base} [95 % t] | MDE (80 %) | Wilcoxon p | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {raw['testbed']} | {len(seeds)} | {mean(base):.4f} | {mean(treat):.4f} | {d.mean:+.4f} "
+        f"[{d.low:+.4f}, {d.high:+.4f}] | {pair.mde:.4f} | {pair.wilcoxon_p:.3f} | "
+        f"{verdict(d.low, d.high, raw['margin'])} |",
+    ])  # fmt: skip
+    per_seed = " ".join(f"{x:+.3f}" for x in diffs)
+    variance = "\n".join([
+        "| problems / seed | paired SD | evaluation share of the variance | half-width now | 2× problems | 2× seeds |",
+        "|---|---|---|---|---|---|",
+        f"| {problems:.0f} | {split.total ** 0.5:.4f} | {split.eval_share:.2f} | {split.half_width:.4f} | "
+        f"{split.half_width_2x_problems:.4f} | {split.half_width_2x_seeds:.4f} |",
+        "",
+        f"Per seed ({', '.join(map(str, seeds))}), {treat} − {base}: {per_seed}.",
+    ])  # fmt: skip
+    return {f"{raw['testbed']}_primary": primary, f"{raw['testbed']}_variance": variance}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["pack", "rebuild"])
+    parser.add_argument("--raw", type=Path, required=True, help="the raw file (benchmarks/.../NAME.raw.json)")
+    parser.add_argument("--out", type=Path, help="pack: the sweep's --out folder")
+    parser.add_argument("--baseline", help="pack: the baseline arm's name")
+    parser.add_argument("--treatment", help="pack: the other arm's name")
+    parser.add_argument("--table", type=Path, help="pack: the markdown file holding the rebuilt blocks")
+    parser.add_argument("--testbed", help="pack: the testbed's name (the blocks are named after it)")
+    parser.add_argument("--margin", type=float, default=0.02, help="pack: the pre-registered equivalence margin")
+    args = parser.parse_args()
+    if args.what == "pack":
+        pack(args)
+    rebuild(args.raw, tables)
+
+
+if __name__ == "__main__":
+    main()
