@@ -4,9 +4,9 @@ A decode step reads every weight once whatever the number of rows, so with few r
 stream the weights (135 M × 4 bytes in float32, × 2 in bf16) and its cost per row falls as rows are added, until
 the matmuls themselves dominate. This measures `HFRolloutEngine.generate` (the fused decoder, packing chosen by
 measured speed) at 8–128 rows (prompts of G = 8 rows), 1 thread, the row counts alternating in each round so that
-load drifts hit all alike, and prints for each the CPU seconds per generate call, per token step and per row, the rate at which a
-step streams the weights (their bytes over the step's time), the ratio of the per-row cost to the 128-row one, and
-the step's floor from the weights' bytes over the copy bandwidth measured in the same run (hadw.rollout's weights are read once per step; the K/V cache and activations are small beside them here).
+load drifts hit all alike. For each: CPU seconds per generate call, per token step and per row; the rate at which
+a step streams the weights (their bytes over the step's time); the per-row cost over the 128-row one; and the
+step's floor, the weights' bytes over the copy bandwidth measured in the same run.
 
     python benchmarks/rollout_rows.py [--repeats 3] [--new-tokens 16] [--report FILE]
 """
@@ -52,14 +52,14 @@ def measure(args: argparse.Namespace) -> None:
         floor_ms = 1e3 * weight_bytes[precision] / (copy_gbs * 1e9)
         print(f"\n{precision}: weights {weight_bytes[precision] / 1e6:.0f} MB, read once per step: a step's floor "
               f"{floor_ms:.1f} ms at the copy bandwidth")  # fmt: skip
-        print(
-            "| rows | CPU s per generate (min / median / max) | ms per decode step | ms per row | × the 128-row cost per row |"
-        )  # noqa: E501
-        print("|---|---|---|---|---|")
+        print("| rows | CPU s per generate (min / median / max) | ms per token step | weights streamed at | "
+              "ms per row | × the 128-row cost per row |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
         per_row_128 = statistics.median(seconds[128]) / 128
         for rows in ROWS:
             values = sorted(seconds[rows])
             med = statistics.median(values)
+            step = med / args.new_tokens  # the prefill included (one per distinct prompt: small beside the steps)
             step = med / args.new_tokens  # the prefill included (one per distinct prompt: small beside the steps)
             print(f"| {rows} | {values[0]:.2f} / {med:.2f} / {values[-1]:.2f} | {1e3 * step:.1f} | "
                   f"{weight_bytes[precision] / step / 1e9:.1f} GB/s | {1e3 * med / rows:.1f} | "
