@@ -60,7 +60,6 @@ def measure(args: argparse.Namespace) -> None:
             values = sorted(seconds[rows])
             med = statistics.median(values)
             step = med / args.new_tokens  # the prefill included (one per distinct prompt: small beside the steps)
-            step = med / args.new_tokens  # the prefill included (one per distinct prompt: small beside the steps)
             print(f"| {rows} | {values[0]:.2f} / {med:.2f} / {values[-1]:.2f} | {1e3 * step:.1f} | "
                   f"{weight_bytes[precision] / step / 1e9:.1f} GB/s | {1e3 * med / rows:.1f} | "
                   f"×{med / rows / per_row_128:.2f} |")  # fmt: skip
