@@ -66,7 +66,8 @@ PROMPTS, G, NEW_TOKENS, LR = 16, 8, 6, 2e-4
 RECIPES = {"natural": 2, "equal work": 1}
 
 
-def hadw_trainer(model_dir: Path, out: Path, opt_steps: int, precision: str = "fp32") -> Trainer:
+def hadw_config(model_dir: Path, out: Path, opt_steps: int, precision: str) -> list[str]:
+    """hadw's config overrides for one run of a recipe (opt_steps optimiser steps per rollout batch)."""
     overrides = [
         f"model.path={model_dir}",
         "data.source=task:addition",
@@ -92,7 +93,11 @@ def hadw_trainer(model_dir: Path, out: Path, opt_steps: int, precision: str = "f
         # Equal work: TRL skips the old-log-prob pass when each generation feeds one step; so does hadw here
         # (under autocast its default re-scores the samples, a forward TRL does not do in this recipe).
         overrides.append("rollout.recompute_logprobs=never")
-    return Trainer(load_config(None, overrides))
+    return overrides
+
+
+def hadw_trainer(model_dir: Path, out: Path, opt_steps: int, precision: str = "fp32") -> Trainer:
+    return Trainer(load_config(None, hadw_config(model_dir, out, opt_steps, precision)))
 
 
 def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int, precision: str) -> tuple[float, float]:

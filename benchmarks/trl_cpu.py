@@ -17,7 +17,9 @@ choice, printed with its reason.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,8 +113,14 @@ def probe_times(
         return run
 
     with threads(n_threads):
-        timed = spread_alternating({p: step(p) for p in ("fp32", "bf16")}, repeats)
-    return {p: cpus for p, (_, cpus) in timed.items()}
+        # A small model's step takes milliseconds, where a shared machine's noise is as large as the difference:
+        # each timed call repeats the step to at least ~0.2 s of CPU (one call at 135M shapes).
+        start = time.process_time()
+        step("fp32")()
+        calls = max(1, math.ceil(0.2 / max(time.process_time() - start, 1e-6)))
+        fns = {p: (lambda run=step(p): [run() for _ in range(calls)]) for p in ("fp32", "bf16")}
+        timed = spread_alternating(fns, repeats)
+    return {p: [c / calls for c in cpus] for p, (_, cpus) in timed.items()}
 
 
 def best_precision(
