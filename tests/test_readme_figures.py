@@ -170,6 +170,15 @@ def _train_vs_trl(out: str) -> str:
     return f"natural {natural}, equal work {equal} by CPU time"
 
 
+def _train_vs_trl_auto(out: str) -> str:
+    """A race whose precision was measured (--precision auto): the choice, its timing, then the ratios."""
+    precision, speedup = re.search(r"precision: (\w+) on both sides \(auto: .*?\(x([\d.]+);", out).groups()
+    return (
+        f"135M shapes, TRL's measured faster precision, {precision} on both sides (a forward + backward ×{speedup} "
+        f"faster under bf16 autocast): {_train_vs_trl(out)}"
+    )
+
+
 def _decode_step(out: str) -> str:
     shape, rows, prompt, steps = re.search(
         r"; (\S+): \d+ M params, (\d+) rows, prompt (\d+), (\d+) steps", out
@@ -221,6 +230,7 @@ BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the r
     "trl_overhead.md": _trl_overhead,
     "train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
     "train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
+    "train_vs_trl_135m_bf16.md": _train_vs_trl_auto,
     "decode_step.md": _decode_step,
     "decode_step_5.6m.md": _decode_step,
     "rollout_vs_ref.md": _rollout_vs_ref,
@@ -251,6 +261,7 @@ README_SUMMARY = {  # report -> the ratio the README's five-line "Benchmarks" su
     "rollout_vs_ref.md": lambda out: f"{_vs_ref_ratio(out, 'tiny', '128x6')} faster than 0.2.0's engine in the demo's",
     "train_vs_trl_tiny.md": lambda out: f"at equal work: {_train_vs_trl_ratios(out)[1]} faster (tiny model",
     "train_vs_trl_135m.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} (135M shapes",
+    "train_vs_trl_135m_bf16.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} with both sides in bf16, TRL's faster",
     "core_overhead.md": _core_overhead_summary,
     "trl_overhead.md": lambda out: "the TRL adapter ×" + _mmm(*_numbers(out, r"ratio \(CPU time\)")[:3]) + " plain",
     "decode_step.md": lambda out: f"×{_mmm(*_numbers(out, r'oneDNN packed')[9:12])} faster than MKL's `F.linear`",
