@@ -231,6 +231,9 @@ BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the r
     "train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
     "train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
     "train_vs_trl_135m_bf16.md": _train_vs_trl_auto,
+    "train_vs_trl_135m_fp32.md": lambda out: (
+        "the same machine and shapes in fp32 (`--precision fp32`): " + _train_vs_trl(out)
+    ),
     "decode_step.md": _decode_step,
     "decode_step_5.6m.md": _decode_step,
     "rollout_vs_ref.md": _rollout_vs_ref,
