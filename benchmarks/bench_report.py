@@ -101,8 +101,9 @@ def _machine(cpu: cpu_info.Cpu, before: tuple[float, ...], after: tuple[float, .
 
 
 def _hardware() -> cpu_info.Machine:
-    """Measured before the run, under the load the run starts in (a planted one in tests)."""
-    return cpu_info.measure_machine()
+    """Measured before the run, under the load the run starts in, in a child process (the run's own RSS, threads
+    and RNG untouched); tests plant one."""
+    return cpu_info.measure_machine_in_child()
 
 
 @contextlib.contextmanager

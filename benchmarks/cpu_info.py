@@ -6,18 +6,21 @@ what torch dispatches to, and this machine's matmul peak, so that a rate can be 
 hardware gives. bench_report.py writes `machine_lines()` into every `--report` file; trl_cpu.py reads
 `native_bf16()` to pick TRL's precision; roofline.py and decode_step.py measure their peak with `matmul_peaks`.
 
-    .venv/bin/python benchmarks/cpu_info.py     # prints the lines a report's header gets
+    .venv/bin/python benchmarks/cpu_info.py [--json]    # prints the lines a report's header gets (or its data)
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # The /proc/cpuinfo flags that select torch's / oneDNN's CPU kernels, in the order they arrived.
@@ -244,6 +247,26 @@ def measure_machine(repeats: int = 3) -> Machine:
     return Machine(read_cpu(), torch_kernels(), linear_times(max(repeats, 3)), peaks)
 
 
+def to_json(machine: Machine) -> str:
+    data = asdict(machine)
+    data["cpu"]["flags"] = sorted(machine.cpu.flags)
+    return json.dumps(data)
+
+
+def from_json(text: str) -> Machine:
+    data = json.loads(text)
+    cpu = Cpu(**{**data["cpu"], "flags": frozenset(data["cpu"]["flags"])})
+    peaks = {name: Peak(**p) for name, p in data["peaks"].items()}
+    return Machine(cpu, data["kernels"], data["linear"], peaks)
+
+
+def measure_machine_in_child() -> Machine:
+    """measure_machine in a fresh process: the caller's RSS high-water mark (which its children inherit:
+    memory_vs_trl.py), torch threads and global RNG stay as they were, and it needs no torch imported."""
+    proc = subprocess.run([sys.executable, __file__, "--json"], capture_output=True, text=True, check=True)
+    return from_json(proc.stdout.strip().splitlines()[-1])
+
+
 def machine_lines(machine: Machine) -> list[str]:
     """The report header's lines about the hardware, after its "Machine:" line (which names the CPU)."""
     present, absent = kernel_flags(machine.cpu.flags)
@@ -268,6 +291,9 @@ def machine_lines(machine: Machine) -> list[str]:
 
 def main() -> None:
     machine = measure_machine()
+    if "--json" in sys.argv[1:]:
+        print(to_json(machine))
+        return
     print(machine.cpu.line())
     for line in machine_lines(machine):
         print(line)

@@ -153,9 +153,14 @@ def test_a_report_header_carries_the_cpus_family_model_flags_isa_and_peaks(tmp_p
     assert "```text\nmeasured\n```" in text
 
 
+def test_the_machine_travels_from_the_measuring_child_unchanged():
+    assert cpu_info.from_json(cpu_info.to_json(PLANTED)) == PLANTED
+
+
 def test_this_machines_lines_are_measured():
-    # The real thing, briefly: whatever this CPU is, its header lines name its ISA and give two positive peaks.
-    machine = cpu_info.measure_machine(repeats=1)
+    # The real thing, as a report measures it (in a child process): whatever this CPU is, its header lines name
+    # its ISA and give two positive peaks.
+    machine = cpu_info.measure_machine_in_child()
     lines = cpu_info.machine_lines(machine)
     assert machine.kernels["capability"] and machine.cpu.family
     assert all(p.gflops > 0 for p in machine.peaks.values()) and set(machine.peaks) == {"fp32", "bf16"}
