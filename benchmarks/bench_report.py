@@ -2,7 +2,9 @@
 
 One home for the report format, so the README can quote a committed file instead of a terminal: the file
 holds the command line, the date, the commit, the versions of the libraries the run imported, the machine
-(CPU, cores, load average before and after: a shared machine slows wall times, not CPU times), every
+(CPU with its family, model and the flags that pick kernels, torch's CPU capability and oneDNN, whether
+bf16 is native, the 1-thread fp32 and bf16 matmul peaks: cpu_info.py; cores, load average before and after:
+a shared machine slows wall times, not CPU times), every
 setting with those that differ from the defaults named, and the output exactly as printed (its tables give
 min / median / max). tests/test_readme_figures.py parses these files against docs/benchmarks.md and the README.
 
@@ -27,6 +29,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
+
+import cpu_info
 
 ROOT = Path(__file__).resolve().parent.parent
 # Libraries whose version a figure depends on, reported when the run imported them.
@@ -54,14 +58,6 @@ class _Tee(io.TextIOBase):
 
     def flush(self) -> None:
         self.terminal.flush()
-
-
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _git(*args: str) -> str:
@@ -95,13 +91,19 @@ def _load() -> tuple[float, ...]:
     return os.getloadavg()
 
 
-def _machine(before: tuple[float, ...], after: tuple[float, ...]) -> str:
+def _machine(cpu: cpu_info.Cpu, before: tuple[float, ...], after: tuple[float, ...]) -> str:
     cores = os.cpu_count() or 1
     shown = lambda load: " / ".join(f"{x:.1f}" for x in load)
-    text = f"{_cpu_name()}, {cores} CPUs; load average (1 / 5 / 15 min) {shown(before)} before, {shown(after)} after"
+    text = f"{cpu.line()}, {cores} CPUs; load average (1 / 5 / 15 min) {shown(before)} before, {shown(after)} after"
     if max(before[0], after[0]) > cores - 0.5:  # the run itself is one busy core
         text += " (other jobs shared the cores: wall times swing; CPU times and side-by-side ratios hold)"
     return text
+
+
+def _hardware() -> cpu_info.Machine:
+    """Measured before the run, under the load the run starts in, in a child process (the run's own RSS, threads
+    and RNG untouched); tests plant one."""
+    return cpu_info.measure_machine_in_child()
 
 
 @contextlib.contextmanager
@@ -112,6 +114,8 @@ def report(path: Path | None, parser: argparse.ArgumentParser, args: argparse.Na
         yield
         return
     command = shlex.join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    # The commit the run imported: read at the start, since the tree may change while a long run goes on.
+    commit, hardware = _commit(), _hardware()
     started, load_before = datetime.datetime.now(datetime.UTC), _load()
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
@@ -124,9 +128,10 @@ def report(path: Path | None, parser: argparse.ArgumentParser, args: argparse.Na
             f"# {Path(sys.argv[0]).name}: {title}",
             "",
             f"Command: `{command}`  ",
-            f"Date: {started:%Y-%m-%d %H:%M} UTC, {minutes:.1f} min; commit {_commit()}  ",
+            f"Date: {started:%Y-%m-%d %H:%M} UTC, {minutes:.1f} min; commit {commit}  ",
             f"Versions: {_versions()}  ",
-            f"Machine: {_machine(load_before, _load())}  ",
+            f"Machine: {_machine(hardware.cpu, load_before, _load())}  ",
+            *(f"{line}  " for line in cpu_info.machine_lines(hardware)),
             f"Settings: {_settings(parser, args)}",
             "",
             "Output, as printed:",

@@ -25,7 +25,8 @@ import time
 import torch
 from bench_models import MODELS
 from bench_report import add_report_option, report
-from roofline import matmul_peaks, model_flops_per_token, peak_probe, report_peaks
+from cpu_info import matmul_peaks, peak_probe
+from roofline import model_flops_per_token, report_peaks
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hadw.rollout import fused

@@ -3,7 +3,10 @@
 The run (issue 10.7): a SmolLM-135M-shaped Llama (30 layers, hidden 576, vocabulary 49 152, tied embeddings;
 random weights, built offline, float32), 2 prompts x 4 responses x 128 new tokens, one rollout batch and one
 optimiser step, no KL, no evaluation, gradient checkpointing on both sides (TRL's default; --no-gradient-checkpointing
-turns it off on both). Each side runs in a fresh Python process (so neither inherits the other's
+turns it off on both), one precision on both sides (`--precision auto|fp32|bf16`, trl_cpu.py: auto is the faster
+on this CPU, measured in a child process; bf16 is autocast over fp32 weights on both sides; the committed reports,
+memory_vs_trl_135m.md and memory_vs_trl_lengths.md, ran before the option existed, in fp32: `--precision fp32`).
+Each side runs in a fresh Python process (so neither inherits the other's
 allocations) and reports its peak RSS (getrusage ru_maxrss: the kernel's high-water mark, imports and model
 load included), the RSS after its imports, and its CPU time. Sides alternate (hadw, TRL, hadw, ...) so machine
 load hits both alike; figures are min / median / max over the repeats. On a GPU machine the peak allocated
@@ -19,7 +22,7 @@ hadw with chunking off (LOGITS_CHUNK_BYTES unbounded: the one-pass forward it ha
 GRPOTrainer._compute_loss (its fused, tiled LM head). --raw FILE keeps every child's result as JSON, in
 benchmarks/raw_tables.py's format: the report's table is rebuilt from it (`--rebuild FILE` rewrites it).
 
-    .venv/bin/python benchmarks/memory_vs_trl.py --lengths 256 1024 4096 --rows 2 --repeats 1 \
+    .venv/bin/python benchmarks/memory_vs_trl.py --lengths 256 1024 4096 --rows 2 --repeats 1 --precision fp32 \
         --raw benchmarks/memory_vs_trl_lengths.raw.json --report benchmarks/memory_vs_trl_lengths.md
 """
 
@@ -40,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import raw_tables
 from bench_report import add_report_option, report
+from trl_cpu import add_precision_option, best_precision, hadw_overrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -87,7 +91,7 @@ def build_model(out: Path) -> Path:
     return out
 
 
-def child_hadw(model_dir: Path, out: Path, checkpointing: bool) -> dict:
+def child_hadw(model_dir: Path, out: Path, checkpointing: bool, precision: str) -> dict:
     from hadw import metrics as M
     from hadw.data import Problem
     from hadw.train.config import load_config
@@ -100,7 +104,7 @@ def child_hadw(model_dir: Path, out: Path, checkpointing: bool) -> dict:
         f"rollout.max_new_tokens={NEW_TOKENS}", f"train.prompts_per_step={PROMPTS}",
         f"train.mini_batch_prompts={PROMPTS}", f"optim.lr={LR}", "optim.warmup_steps=0", "train.steps=1",
         f"train.output_dir={out}", "logging.progress=false", "logging.sample_every=0",
-        f"model.gradient_checkpointing={checkpointing}",
+        f"model.gradient_checkpointing={checkpointing}", *hadw_overrides(precision),
     ]  # fmt: skip
     trainer = Trainer(load_config(None, overrides))
     problems = [Problem(q, "0", None, "bench", str(i)) for i, q in enumerate(PROMPT_TEXTS)]
@@ -109,7 +113,7 @@ def child_hadw(model_dir: Path, out: Path, checkpointing: bool) -> dict:
     return {"imports_gb": imports, "tokens": metrics[M.RESPONSE_LENGTH_MEAN], **_peaks()}
 
 
-def child_trl(model_dir: Path, out: Path, checkpointing: bool) -> dict:
+def child_trl(model_dir: Path, out: Path, checkpointing: bool, precision: str) -> dict:
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -127,7 +131,7 @@ def child_trl(model_dir: Path, out: Path, checkpointing: bool) -> dict:
         gradient_accumulation_steps=1, max_completion_length=NEW_TOKENS, temperature=1.0, learning_rate=LR,
         beta=0.0, max_steps=1, report_to=[], use_cpu=not torch.cuda.is_available(), save_strategy="no",
         logging_steps=1, disable_tqdm=True, seed=0, shuffle_dataset=False,
-        bf16=False,  # GRPOConfig defaults to bf16 autocast; this run is float32 on both sides
+        bf16=precision == "bf16",  # autocast over fp32 weights, as hadw's model.compute_dtype=bfloat16
         gradient_checkpointing=checkpointing,  # TRL's default is True
     )  # fmt: skip
     GRPOTrainer(model=str(model_dir), reward_funcs=[exact], args=args, train_dataset=data).train()
@@ -145,7 +149,9 @@ def update_batch(rows: int, prompt_len: int, length: int):
     )
 
 
-def child_update_hadw(model_dir: Path, out: Path, length: int, rows: int, prompt_len: int, chunk: bool) -> dict:
+def child_update_hadw(
+    model_dir: Path, out: Path, length: int, rows: int, prompt_len: int, chunk: bool, precision: str
+) -> dict:
     """hadw's update pass on one mini-batch: the calls of Trainer._optimiser_step up to the backward."""
     import torch
 
@@ -161,7 +167,8 @@ def child_update_hadw(model_dir: Path, out: Path, length: int, rows: int, prompt
                  "reward.functions=[exact]", "reward.correctness=exact", f"rollout.group_size={rows}",
                  f"rollout.max_new_tokens={length}", "train.prompts_per_step=1", "train.mini_batch_prompts=1",
                  f"optim.lr={LR}", "optim.warmup_steps=0", "train.steps=1", f"train.output_dir={out}",
-                 "logging.progress=false", "logging.sample_every=0", "model.gradient_checkpointing=true"]  # fmt: skip
+                 "logging.progress=false", "logging.sample_every=0", "model.gradient_checkpointing=true",
+                 *hadw_overrides(precision)]  # fmt: skip
     trainer = Trainer(load_config(None, overrides))
     prompt, response = update_batch(rows, prompt_len, length)
     input_ids = torch.cat([prompt, response], dim=1)
@@ -180,7 +187,7 @@ def child_update_hadw(model_dir: Path, out: Path, length: int, rows: int, prompt
             "loss": float(loss), **_peaks()}  # fmt: skip
 
 
-def child_update_trl(model_dir: Path, out: Path, length: int, rows: int, prompt_len: int) -> dict:
+def child_update_trl(model_dir: Path, out: Path, length: int, rows: int, prompt_len: int, precision: str) -> dict:
     """TRL's update pass on the same mini-batch: GRPOTrainer._compute_loss (via compute_loss) and its backward."""
     import torch
     from datasets import Dataset
@@ -192,7 +199,7 @@ def child_update_trl(model_dir: Path, out: Path, length: int, rows: int, prompt_
         output_dir=str(out), per_device_train_batch_size=rows, num_generations=rows, steps_per_generation=1,
         gradient_accumulation_steps=1, max_completion_length=length, temperature=1.0, learning_rate=LR, beta=0.0,
         max_steps=1, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
-        bf16=False, gradient_checkpointing=True,
+        bf16=precision == "bf16", gradient_checkpointing=True,
     )  # fmt: skip
     reward = lambda completions, **kwargs: [0.0] * len(completions)  # never called: no generation
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=data)
@@ -208,7 +215,8 @@ def child_update_trl(model_dir: Path, out: Path, length: int, rows: int, prompt_
     loaded = rss_gb()
     trainer.model.train()
     start = time.process_time()
-    loss = trainer.compute_loss(trainer.model, inputs)
+    with trainer.accelerator.autocast():  # what train() runs the forward under (a no-op in fp32)
+        loss = trainer.compute_loss(trainer.model, inputs)
     loss.backward()
     return {"imports_gb": imports, "loaded_gb": loaded, "update_cpu_s": time.process_time() - start,
             "loss": float(loss), **_peaks()}  # fmt: skip
@@ -224,10 +232,12 @@ def _peaks() -> dict:
     return out
 
 
-def run_child(side: str, model_dir: Path, out: Path, threads: int, checkpointing: bool, *extra: str) -> dict:
+def run_child(
+    side: str, model_dir: Path, out: Path, threads: int, checkpointing: bool, precision: str, *extra: str
+) -> dict:
     flag = "--gradient-checkpointing" if checkpointing else "--no-gradient-checkpointing"
     cmd = [sys.executable, __file__, "--child", side, "--model", str(model_dir), "--out", str(out),
-           "--threads", str(threads), flag, *extra]  # fmt: skip
+           "--threads", str(threads), flag, "--precision", precision, *extra]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -235,6 +245,21 @@ def run_child(side: str, model_dir: Path, out: Path, threads: int, checkpointing
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["wall_s"] = time.perf_counter() - start
     return result
+
+
+def resolve_precision(requested: str, model_dir: Path, threads: int) -> str:
+    """fp32 or bf16 for every child; auto is measured in a child of its own (see its --child branch), printed."""
+    if requested != "auto":
+        print(f"precision: {requested} on every side (--precision {requested})")
+        return requested
+    cmd = [sys.executable, __file__, "--child", "precision", "--model", str(model_dir), "--threads", str(threads),
+           "--precision", requested]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"the precision probe failed:\n{proc.stderr[-3000:]}")
+    choice = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"precision: {choice['precision']} on every side ({choice['reason']})", flush=True)
+    return choice["precision"]
 
 
 def spread(values: list[float]) -> str:
@@ -261,6 +286,7 @@ def main() -> None:
         metavar="L",
         help="measure the update pass alone at these response lengths (see above)",
     )
+    add_precision_option(parser)
     parser.add_argument("--rows", type=int, default=ROWS, help="--lengths: rows of the mini-batch")
     parser.add_argument("--prompt-len", type=int, default=PROMPT_LEN, help="--lengths: prompt tokens per row")
     parser.add_argument("--raw", type=Path, metavar="FILE", help="--lengths: every child's result as JSON")
@@ -286,15 +312,21 @@ def main() -> None:
         if opts.child == "build":
             build_model(opts.out)
             return
+        if opts.child == "precision":  # a child's: the probe's model and gradients stay out of the parent's RSS
+            choice = best_precision(opts.precision, opts.model, opts.threads)
+            print(json.dumps({"precision": choice.precision, "reason": choice.reason}))
+            return
         if opts.child.startswith("update-"):
             shape = (opts.length, opts.rows, opts.prompt_len)
             if opts.child == "update-trl":
-                result = child_update_trl(opts.model, opts.out, *shape)
+                result = child_update_trl(opts.model, opts.out, *shape, opts.precision)
             else:
-                result = child_update_hadw(opts.model, opts.out, *shape, chunk=opts.child == "update-hadw")
+                chunk = opts.child == "update-hadw"
+                result = child_update_hadw(opts.model, opts.out, *shape, chunk=chunk, precision=opts.precision)
             print(json.dumps(result))
             return
-        result = (child_hadw if opts.child == "hadw" else child_trl)(opts.model, opts.out, opts.gradient_checkpointing)
+        child = child_hadw if opts.child == "hadw" else child_trl
+        result = child(opts.model, opts.out, opts.gradient_checkpointing, opts.precision)
         print(json.dumps(result))
         return
 
@@ -322,18 +354,19 @@ def measure_lengths(opts: argparse.Namespace) -> None:
         if model_dir is None:
             model_dir = Path(tmp) / "model135m"
             subprocess.run([sys.executable, __file__, "--child", "build", "--out", str(model_dir)], check=True)
+        precision = resolve_precision(opts.precision, model_dir, opts.threads)
         for length in opts.lengths:
             for r in range(opts.repeats):
                 for side in UPDATE_SIDES:
                     out = Path(tmp) / f"{side}{length}_{r}"
                     shape = ("--length", str(length), "--rows", str(opts.rows), "--prompt-len", str(opts.prompt_len))
-                    result = run_child(side, model_dir, out, opts.threads, True, *shape)
+                    result = run_child(side, model_dir, out, opts.threads, True, precision, *shape)
                     results.append({"side": side, "length": length, "repeat": r, **result})
                     print(f"L={length} repeat {r} {side}: peak RSS {result['peak_rss_gb']:.2f} GiB, update CPU "
                           f"{result['update_cpu_s']:.0f} s, loss {result['loss']:.4f}", flush=True)  # fmt: skip
     print(
         f"\nsetup: {'given model ' + str(opts.model) if opts.model else 'SmolLM2-135M-shaped Llama, random'}, "
-        f"float32, CPU; one mini-batch of {opts.rows} rows x ({opts.prompt_len} prompt + L response) tokens; "
+        f"{precision}, CPU; one mini-batch of {opts.rows} rows x ({opts.prompt_len} prompt + L response) tokens; "
         "policy log-probs + entropy, GRPO loss, backward; no optimiser step, no KL; gradient checkpointing on "
         f"every side; {opts.threads} torch thread(s) per child; {opts.repeats} repeat(s), each a fresh process"
     )
@@ -343,6 +376,7 @@ def measure_lengths(opts: argparse.Namespace) -> None:
     if opts.raw:
         command = shlex.join(["python", "benchmarks/memory_vs_trl.py", *sys.argv[1:]])
         shape = dict(rows=opts.rows, prompt_len=opts.prompt_len, threads=opts.threads, versions=versions())
+        shape["precision"] = precision
         raw_tables.write_raw(opts.raw, [opts.report] if opts.report else [], Path(__file__), command, results, **shape)
 
 
@@ -370,17 +404,19 @@ def measure_train_step(opts: argparse.Namespace) -> None:
         if model_dir is None:  # built in a child too: a child's ru_maxrss starts at its parent's RSS at fork
             model_dir = Path(tmp) / "model135m"
             subprocess.run([sys.executable, __file__, "--child", "build", "--out", str(model_dir)], check=True)
+        precision = resolve_precision(opts.precision, model_dir, opts.threads)
         results: dict[str, list[dict]] = {"hadw": [], "trl": []}
         for r in range(opts.repeats):
             for side in ("hadw", "trl"):
                 out = Path(tmp) / f"{side}{r}"
-                results[side].append(run_child(side, model_dir, out, opts.threads, opts.gradient_checkpointing))
+                checkpointing = opts.gradient_checkpointing
+                results[side].append(run_child(side, model_dir, out, opts.threads, checkpointing, precision))
             h, t = results["hadw"][-1], results["trl"][-1]
             print(f"repeat {r}: peak RSS GiB  hadw {h['peak_rss_gb']:.2f}  TRL {t['peak_rss_gb']:.2f}  "
                   f"ratio {h['peak_rss_gb'] / t['peak_rss_gb']:.2f}", flush=True)  # fmt: skip
 
     print(f"\nsetup: {'given model ' + str(opts.model) if opts.model else 'SmolLM-135M-shaped Llama, random'}, "
-          f"float32, {PROMPTS} prompts x {G} responses x {NEW_TOKENS} new tokens, 1 optimiser step (AdamW, "
+          f"{precision}, {PROMPTS} prompts x {G} responses x {NEW_TOKENS} new tokens, 1 optimiser step (AdamW, "
           f"lr {LR}, fused), no KL, no eval, gradient checkpointing {'on' if opts.gradient_checkpointing else 'off'}"
           "; "
           f"{opts.threads} torch thread(s) per child; {opts.repeats} repeats, each side a fresh process")  # fmt: skip

@@ -36,7 +36,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 from bench_report import add_report_option, report
-from roofline import bandwidth, matmul_peaks, model_flops_per_token, spread
+from cpu_info import matmul_peaks, peak
+from roofline import bandwidth, model_flops_per_token
 
 import hadw
 from hadw.train.config import load_config
@@ -62,19 +63,6 @@ PHASES = {
     "step": "timing_s/step",
 }
 RATIO_KEYS = ("actor/ratio_min", "actor/ratio_max", "actor/pg_clipfrac")
-
-
-def bf16_peak(repeats: int) -> list[float]:
-    """GFLOP/s of the best of 512/1024/2048-square bf16 torch.mm, 1 thread (median-best size), by CPU time."""
-    best: list[float] = []
-    for n in (512, 1024, 2048):
-        a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
-        reps = max(1, int(4e9 / (2 * n**3)))
-        _, cpus = spread(lambda a=a, b=b, reps=reps: [torch.mm(a, b) for _ in range(reps)], repeats)
-        rates = [2 * n**3 * reps / c / 1e9 for c in cpus]
-        if not best or statistics.median(rates) > statistics.median(best):
-            best = rates
-    return best
 
 
 class _ShapeRecorder:
@@ -119,17 +107,15 @@ def flops(model, shapes: list[tuple[int, int, int]]) -> dict[str, float]:
 def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     print(f"hadw from {Path(hadw.__file__).parent}")
-    matmuls = matmul_peaks(1, 3)  # {library: (n, GFLOP/s by wall, by CPU time)}
-    fp32_library = max(matmuls, key=lambda lib: statistics.median(matmuls[lib][2]))
-    n, _, fp32_peak = matmuls[fp32_library]
-    bf16 = bf16_peak(3)
+    peaks = {name: peak(matmul_peaks(1, 3, dtype)) for name, dtype in (("fp32", None), ("bf16", torch.bfloat16))}
     copy_gbs = bandwidth(3)[1]
-    print(f"matmul peak, 1 thread, by CPU time (min / median / max GFLOP/s): fp32 ({fp32_library}, n={n}) "
-          f"{min(fp32_peak):.1f} / {statistics.median(fp32_peak):.1f} / {max(fp32_peak):.1f}; bf16 (torch.mm) "
-          f"{min(bf16):.1f} / {statistics.median(bf16):.1f} / {max(bf16):.1f}; bf16 / fp32 "
-          f"×{statistics.median(bf16) / statistics.median(fp32_peak):.2f}; "
-          f"copy {statistics.median(copy_gbs):.1f} GB/s")  # fmt: skip
-    peaks = {"fp32": statistics.median(fp32_peak), "bf16": statistics.median(bf16)}
+    print(
+        "matmul peak, 1 thread, median GFLOP/s by CPU time: "
+        + "; ".join(f"{name} {p.gflops:.1f} ({p.library}, n={p.n})" for name, p in peaks.items())
+        + f"; bf16 / fp32 ×{peaks['bf16'].gflops / peaks['fp32'].gflops:.2f}"
+        + f"; copy {statistics.median(copy_gbs):.1f} GB/s"
+    )
+    peaks = {name: p.gflops for name, p in peaks.items()}
 
     results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
     shapes: list[tuple[int, int, int]] = []

@@ -3,7 +3,8 @@
 1. fp32 matmul peak (GFLOP/s) at 1 thread and at all threads: the largest rate over a few square sizes
    and both of torch's fp32 matmul libraries, MKL (`torch.mm`) and oneDNN (its packed linear, which
    FusedDecoder uses). The peak is what the hardware gives the best-shaped matmul: here oneDNN's runs
-   ~10-20 % above MKL's, so a peak probed with `torch.mm` alone flattered every fraction below.
+   ~10-20 % above MKL's, so a peak probed with `torch.mm` alone flattered every fraction below. (The probe
+   lives in cpu_info.py, which also gives every `--report` header the 1-thread fp32 and bf16 peaks.)
 2. Memory bandwidth (GB/s): `copy_` of a 256 MiB tensor, counting bytes read + written.
 3. For the tiny model (~0.8 M) and a ~5.6 M model (shapes printed): decode tokens/s with
    HFRolloutEngine's two decoders, measured alternately in one run (`hf`: transformers' forward with a
@@ -30,70 +31,22 @@ import os
 import platform
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import torch
 from bench_models import MODELS
 from bench_report import add_report_option, report
+from cpu_info import matmul_peaks, peak_probe, spread, spread_alternating
 from transformers.utils import logging as hf_logging
 
 from hadw.core import LOSS_PRESETS, policy_loss
 from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, compute_logprobs, load_model
-from hadw.rollout.fused import packing_available
 
 ROWS, PROMPT_LEN, NEW_TOKENS = 64, 16, 64  # defaults: 8 prompts x G = 8, the shape of one rollout batch
-
-
-def spread_alternating(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[list, list]]:
-    """{name: (wall seconds, process-CPU seconds) of `repeats` calls}, after one warm-up call each; the
-    functions run in turn each round, so that load drifts hit all alike."""
-    for fn in fns.values():
-        fn()
-    out: dict[str, tuple[list, list]] = {name: ([], []) for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            w, c = time.perf_counter(), time.process_time()
-            fn()
-            out[name][0].append(time.perf_counter() - w)
-            out[name][1].append(time.process_time() - c)
-    return out
-
-
-def spread(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
-    """Wall and process-CPU seconds of `repeats` calls (after one warm-up call)."""
-    return spread_alternating({"": fn}, repeats)[""]
 
 
 def fmt(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     vals = sorted(scale * v for v in values)
     return " / ".join(f"{v:8.{digits}f}" for v in (vals[0], statistics.median(vals), vals[-1]))
-
-
-def peak_probe(library: str, n: int) -> tuple[Callable[[], object], int]:
-    """(a call doing ~2 GFLOP of n x n fp32 matmuls through `library`, its FLOPs). library: "mkl" is
-    `torch.mm`; "onednn" is oneDNN's packed linear, the weight packed once as FusedDecoder packs it."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    reps = max(1, int(2e9 / (2 * n**3)))
-    if library == "mkl":
-        return (lambda: [torch.mm(a, b) for _ in range(reps)]), 2 * n**3 * reps
-    packed = torch.ops.mkldnn._reorder_linear_weight(b, n)
-    matmul = torch.ops.mkldnn._linear_pointwise
-    return (lambda: [matmul(a, packed, None, "none", [], "") for _ in range(reps)]), 2 * n**3 * reps
-
-
-def matmul_peaks(threads: int, repeats: int) -> dict[str, tuple[int, list[float], list[float]]]:
-    """Per library, its best size by median: {library: (n, per-run GFLOP/s by wall, by CPU time / threads)}."""
-    torch.set_num_threads(threads)
-    best: dict[str, tuple[int, list[float], list[float]]] = {}
-    for library in ["mkl", "onednn"] if packing_available() else ["mkl"]:
-        for n in (256, 512, 1024):
-            fn, flop = peak_probe(library, n)
-            walls, cpus = spread(fn, repeats)
-            rates = [flop / w / 1e9 for w in walls]
-            if library not in best or statistics.median(rates) > statistics.median(best[library][1]):
-                best[library] = (n, rates, [flop / c / 1e9 * threads for c in cpus])
-    return best
 
 
 def report_peaks(label: str, peaks: dict[str, tuple[int, list[float], list[float]]]) -> tuple[str, int]:

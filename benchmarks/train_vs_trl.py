@@ -2,17 +2,22 @@
 
 Both sides: the same tiny Qwen2 model (from one folder), plain prompts "47+38=" of the built-in addition
 task (levels 1–3), G = 8 completions per prompt, 16 prompts per rollout batch, max 6 new tokens,
-temperature 1, exact-match reward, AdamW at the same learning rate, no KL, fp32, one pass.
+temperature 1, exact-match reward, AdamW at the same learning rate, no KL, one pass, one precision.
 
-TRL is set up for a CPU, not with its GPU defaults: `bf16=False` (TRL's default True makes accelerate
-autocast to bf16, which this CPU emulates ~100× slower than fp32) and `gradient_checkpointing=False`
-(TRL's default True recomputes activations to save GPU memory); both, with accelerate's mixed_precision
-and the versions, are printed. Two recipes, each timed per rollout batch (generation + reward + update):
+TRL is set up for this CPU, not with its GPU defaults (trl_cpu.py): `gradient_checkpointing=False` (TRL's
+default True recomputes activations to save GPU memory), and the faster of its precisions, measured
+(`--precision auto`): bf16 autocast (`bf16=True`) where the CPU computes bf16 natively (AVX512-BF16 / AMX
+flags) and a forward + backward of the raced model runs faster in it, else fp32. hadw runs in the same
+precision (`model.compute_dtype=bfloat16`: the same autocast over fp32 master weights). The choice and why,
+TRL's settings (accelerate's mixed_precision, the model's dtype) and the versions are printed. Two recipes,
+each timed per rollout batch (generation + reward + update):
 
   natural     each library's usual recipe: 2 optimiser steps per rollout batch (mini-batches of 8 prompts).
               hadw takes π_old from the sampler's log-probs; TRL recomputes them with an extra forward pass.
+              In bf16 both recompute π_old (hadw's rollout.recompute_logprobs=auto does under autocast).
   equal work  1 optimiser step per rollout batch on both sides, so both do one generation, one
-              forward + backward and no old-log-prob pass (TRL skips it when generation and steps align).
+              forward + backward and no old-log-prob pass (TRL skips it when generation and steps align;
+              in bf16 hadw is told to, rollout.recompute_logprobs=never, and takes π_old from the sampler).
 
 Where hadw's edge at equal work comes from (same passes, same maths): the G rows of a group share one
 prompt forward, in generation (one prefill per distinct prompt) and in the update (the prompt's KV cache
@@ -24,10 +29,11 @@ time is the median over its timed rollout batches (the first batch is warm-up); 
 median / max over runs, wall and process CPU time, and the speed-up of each side-by-side pair.
 
     .venv/bin/python benchmarks/train_vs_trl.py [--repeats 5] [--batches 5] [--threads 1] [--model-shape 135M]
-        [--report FILE]
+        [--precision auto|fp32|bf16] [--report FILE]
 
 --model-shape 135M runs both sides on SmolLM2-135M's shapes (random weights, a 49 152-row vocabulary:
-bench_models.py), where the vocabulary head and its log-softmax are a large part of every forward.
+bench_models.py), where the vocabulary head and its log-softmax are a large part of every forward. The
+reports before --precision existed (train_vs_trl_tiny.md, train_vs_trl_135m.md) ran both sides in fp32.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from bench_models import MODELS
 from bench_report import add_report_option, report
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
-from trl_cpu import CPU_BEST, QUIET, describe, silence
+from trl_cpu import QUIET, Choice, add_precision_option, best_precision, cpu_best, describe, hadw_overrides, silence
 
 from hadw.data import sample_problems
 from hadw.rewards import exact_item
@@ -60,7 +66,8 @@ PROMPTS, G, NEW_TOKENS, LR = 16, 8, 6, 2e-4
 RECIPES = {"natural": 2, "equal work": 1}
 
 
-def hadw_trainer(model_dir: Path, out: Path, opt_steps: int) -> Trainer:
+def hadw_config(model_dir: Path, out: Path, opt_steps: int, precision: str) -> list[str]:
+    """hadw's config overrides for one run of a recipe (opt_steps optimiser steps per rollout batch)."""
     overrides = [
         f"model.path={model_dir}",
         "data.source=task:addition",
@@ -80,13 +87,22 @@ def hadw_trainer(model_dir: Path, out: Path, opt_steps: int) -> Trainer:
         "logging.progress=false",
         "logging.sample_every=0",
         "hadw.enabled=true",
+        *hadw_overrides(precision),
     ]
-    return Trainer(load_config(None, overrides))
+    if precision == "bf16" and opt_steps == 1:
+        # Equal work: TRL skips the old-log-prob pass when each generation feeds one step; so does hadw here
+        # (under autocast its default re-scores the samples, a forward TRL does not do in this recipe).
+        overrides.append("rollout.recompute_logprobs=never")
+    return overrides
 
 
-def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
+def hadw_trainer(model_dir: Path, out: Path, opt_steps: int, precision: str = "fp32") -> Trainer:
+    return Trainer(load_config(None, hadw_config(model_dir, out, opt_steps, precision)))
+
+
+def run_hadw(model_dir: Path, out: Path, batches: int, opt_steps: int, precision: str) -> tuple[float, float]:
     """Median (wall, CPU) seconds per rollout batch over `batches` timed batches."""
-    trainer = hadw_trainer(model_dir, out, opt_steps)
+    trainer = hadw_trainer(model_dir, out, opt_steps, precision)
     trainer.train_step(0)  # warm-up
     walls, cpus = [], []
     for step in range(1, batches + 1):
@@ -106,7 +122,9 @@ class StepTimer(TrainerCallback):
         self.stamps.append((time.perf_counter(), time.process_time()))
 
 
-def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer: StepTimer | None = None):
+def trl_trainer(
+    model_dir: Path, out: Path, batches: int, opt_steps: int, precision: str, timer: StepTimer | None = None
+):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -132,7 +150,7 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
         max_steps=opt_steps * (batches + 1),
         logging_steps=1000,
         shuffle_dataset=False,
-        **CPU_BEST,  # fp32 matmuls, no activation recomputation (trl_cpu.py)
+        **cpu_best(precision),  # the measured precision, no activation recomputation (trl_cpu.py)
         **QUIET,
     )
     callbacks = [timer] if timer is not None else []
@@ -141,9 +159,9 @@ def trl_trainer(model_dir: Path, out: Path, batches: int, opt_steps: int, timer:
     )
 
 
-def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[float, float]:
+def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int, precision: str) -> tuple[float, float]:
     timer = StepTimer()
-    trl_trainer(model_dir, out, batches, opt_steps, timer).train()
+    trl_trainer(model_dir, out, batches, opt_steps, precision, timer).train()
     # A rollout batch = generation + opt_steps optimiser steps; the first batch (warm-up) is skipped.
     k, stamps = opt_steps, timer.stamps
     starts = range(k - 1, len(stamps) - k, k)
@@ -151,13 +169,13 @@ def run_trl(model_dir: Path, out: Path, batches: int, opt_steps: int) -> tuple[f
     return statistics.median(s[0] for s in spans), statistics.median(s[1] for s in spans)
 
 
-def profile_hadw(model_dir: Path, out: Path, top: int = 12) -> None:
+def profile_hadw(model_dir: Path, out: Path, precision: str, top: int = 12) -> None:
     """Where one natural-recipe rollout batch of `hadw train` spends its CPU time: the trainer's own split
     (generation / reward / update) and the ops that take the most self CPU time, with their input shapes (the
     vocabulary head is the matmul with the vocabulary-sized weight)."""
     from torch.profiler import ProfilerActivity, profile
 
-    trainer = hadw_trainer(model_dir, out, RECIPES["natural"])
+    trainer = hadw_trainer(model_dir, out, RECIPES["natural"], precision)
     trainer.train_step(0)  # warm-up
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         metrics = trainer.train_step(1)
@@ -173,13 +191,13 @@ def fmt(values) -> str:
     return f"{v[0]:6.3f} / {statistics.median(v):6.3f} / {v[-1]:6.3f}"
 
 
-def print_settings(model_dir: Path, threads: int) -> None:
+def print_settings(model_dir: Path, threads: int, choice: Choice) -> None:
     import accelerate
     import transformers
     import trl
 
     with tempfile.TemporaryDirectory() as tmp:
-        probe = trl_trainer(model_dir, Path(tmp), 1, 1)
+        probe = trl_trainer(model_dir, Path(tmp), 1, 1, choice.precision)
         a = probe.args
         print(
             f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
@@ -190,9 +208,11 @@ def print_settings(model_dir: Path, threads: int) -> None:
             f"TRL settings: {describe(probe)}, beta={a.beta}, num_iterations={a.num_iterations}, "
             f"loss_type={a.loss_type}"
         )
+    print(choice.line())
+    hadw_precision = " ".join(hadw_overrides(choice.precision)) or "model.compute_dtype=float32"
     print(
-        f"setup: {PROMPTS} prompts x G={G}, {NEW_TOKENS} new tokens, fp32; hadw = GRPO + HA-DW (train.* as above), "
-        "TRL = GRPO"
+        f"setup: {PROMPTS} prompts x G={G}, {NEW_TOKENS} new tokens, {choice.precision}; hadw = GRPO + HA-DW "
+        f"(train.* as above, {hadw_precision}), TRL = GRPO"
     )
 
 
@@ -203,6 +223,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model-shape", choices=sorted(MODELS), default="tiny", help="bench_models.MODELS name")
     parser.add_argument("--profile", action="store_true", help="profile one hadw rollout batch only")
+    add_precision_option(parser)
     add_report_option(parser)
     opts = parser.parse_args()
     with report(opts.report, parser, opts):
@@ -217,15 +238,17 @@ def measure(opts: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(Path(tmp) / "model", **MODELS[opts.model_shape])
         print(f"model: {opts.model_shape} ({MODELS[opts.model_shape]})")
+        choice = best_precision(opts.precision, model_dir, opts.threads)
         if opts.profile:
-            profile_hadw(model_dir, Path(tmp) / "profile")
+            print(choice.line())
+            profile_hadw(model_dir, Path(tmp) / "profile", choice.precision)
             return
-        print_settings(model_dir, opts.threads)
+        print_settings(model_dir, opts.threads, choice)
         results: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {r: [] for r in RECIPES}
         for r in range(opts.repeats):
             for recipe, steps in RECIPES.items():
-                ours = run_hadw(model_dir, Path(tmp) / f"hadw{r}{steps}", opts.batches, steps)
-                theirs = run_trl(model_dir, Path(tmp) / f"trl{r}{steps}", opts.batches, steps)
+                ours = run_hadw(model_dir, Path(tmp) / f"hadw{r}{steps}", opts.batches, steps, choice.precision)
+                theirs = run_trl(model_dir, Path(tmp) / f"trl{r}{steps}", opts.batches, steps, choice.precision)
                 results[recipe].append((ours, theirs))
                 print(
                     f"run {r} {recipe:10s}: s per rollout batch (wall/CPU)  hadw {ours[0]:.3f}/{ours[1]:.3f}  "

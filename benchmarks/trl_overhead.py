@@ -1,14 +1,16 @@
 """Per-step overhead of HADWGRPOTrainer over plain GRPOTrainer, side by side on one tiny CPU run.
 
 Both trainers run the same tiny Qwen2 model, data, rewards and seed; runs alternate (plain, HA-DW,
-plain, ...) so machine load hits both alike. Both run with TRL set up for a CPU (bf16=False,
-gradient_checkpointing=False, printed): TRL's GPU defaults would slow every step ~10x and so shrink
-the overhead ratio. Reported:
+plain, ...) so machine load hits both alike. Both run with TRL set up for this CPU (trl_cpu.py, printed):
+gradient_checkpointing=False, and the faster of fp32 and bf16 autocast, measured on this model
+(`--precision auto`; on a model this small autocast's casts outweigh bf16's faster matmuls, so fp32): a
+slower step would shrink the overhead ratio. Reported:
   - end-to-end: median over repeats of (per-step time with HA-DW) / (per-step time, plain), in process
     CPU time of `train()` (robust to other jobs on a shared box) and in wall time   [target ≤ 1.05]
   - direct: time inside the adapter's own work (_hadw_rescale: gather, Φ, anchor, logs) / step time
 
-    .venv/bin/python benchmarks/trl_overhead.py [--repeats 5] [--steps 4] [--batch 16] [--completion 16] [--report FILE]
+    .venv/bin/python benchmarks/trl_overhead.py [--repeats 5] [--steps 4] [--batch 16] [--completion 16]
+        [--precision auto|fp32|bf16] [--report FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import trl
 from bench_report import add_report_option, report
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
-from trl_cpu import CPU_BEST, QUIET, describe, silence
+from trl_cpu import QUIET, add_precision_option, best_precision, cpu_best, describe, silence
 
 from hadw.integrations.trl import HADWGRPOConfig, HADWGRPOTrainer
 from hadw.rollout.models import build_tiny_model
@@ -54,7 +56,7 @@ class TimedHADW(HADWGRPOTrainer):
         return out
 
 
-def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: int, completion: int):
+def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: int, completion: int, precision: str):
     args = config_cls(
         output_dir=str(out),
         per_device_train_batch_size=batch,
@@ -62,7 +64,7 @@ def run(trainer_cls, config_cls, model_dir: Path, out: Path, steps: int, batch: 
         max_completion_length=completion,
         max_steps=steps,
         logging_steps=1,
-        **CPU_BEST,  # not TRL's GPU defaults (trl_cpu.py)
+        **cpu_best(precision),  # not TRL's GPU defaults (trl_cpu.py)
         **QUIET,
     )
     prompts = Dataset.from_dict({"prompt": [f"q{chr(97 + i % 26)}{i}:" for i in range(4 * batch * steps)]})
@@ -85,6 +87,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="completions per step (groups of 4)")
     parser.add_argument("--completion", type=int, default=16, help="max_completion_length")
     parser.add_argument("--threads", type=int, default=1)
+    add_precision_option(parser)
     add_report_option(parser)
     opts = parser.parse_args()
     with report(opts.report, parser, opts):
@@ -96,7 +99,9 @@ def measure(opts: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(Path(tmp) / "model", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1)
-        shape = (opts.steps, opts.batch, opts.completion)
+        choice = best_precision(opts.precision, model_dir, opts.threads)
+        print(choice.line())
+        shape = (opts.steps, opts.batch, opts.completion, choice.precision)
         run(GRPOTrainer, GRPOConfig, model_dir, Path(tmp) / "warm", *shape)  # warm-up: first-run costs
         rows = []  # (plain cpu, plain wall, hadw cpu, hadw wall, adapter)
         for r in range(opts.repeats):
