@@ -272,3 +272,28 @@ def test_a_reward_whose_module_fails_to_import_only_in_the_worker_is_one_line(tm
     finally:
         pool.close()
         sys.modules.pop("trainer_only_reward", None)
+
+
+def _score_in_the_pool_and_return() -> None:  # a spawned process's target: module level
+    from hadw.rewards.pool import get_pool
+    from hadw.rewards.verifiers import exact_item
+
+    assert [o.value for o in get_pool().map(exact_item, ["7"], ["7"], 30.0)] == [1.0]
+
+
+def test_a_process_multiprocessing_started_ends_after_using_the_pool():
+    """A `hadw compare --jobs N` worker scores a real-model run through the verifier pool, then ends. There
+    multiprocessing's exit handling runs before atexit: it sends SIGTERM to its daemonic children and joins them, and
+    verifier workers ignore SIGTERM, so the worker waited for ever and the sweep never ended (found on a SmolLM2
+    sweep: 8 of 8 runs done, the command still waiting). The pool now closes before that join."""
+    import multiprocessing as mp
+
+    process = mp.get_context("spawn").Process(target=_score_in_the_pool_and_return)
+    process.start()
+    process.join(timeout=90)
+    try:
+        assert process.exitcode == 0, f"exit code {process.exitcode} (None: still waiting on its verifier workers)"
+    finally:
+        if process.exitcode is None:
+            process.kill()
+            process.join()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -322,3 +323,8 @@ def shutdown_pool() -> None:
 
 
 atexit.register(shutdown_pool)
+# And before multiprocessing's own exit handling, in a process that multiprocessing started (a `hadw compare --jobs N`
+# worker, a demo arm): there `_exit_function` runs before atexit, calls terminate() on daemonic children and joins
+# them; verifier workers ignore SIGTERM (a process-group SIGTERM must not break a step's scoring), so without this the
+# worker waited on them for ever and the sweep never ended. Finalizers of priority >= 0 run before that join.
+multiprocessing.util.Finalize(None, shutdown_pool, exitpriority=10)
