@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hadw.rollout.precision import COMPUTE_DTYPES
 from hadw.train.config_schema import Config, ConfigError, DataConfig
 
 
@@ -62,6 +61,7 @@ def validate(cfg: Config) -> None:
     from hadw.core.anchors import BASE_ANCHORS
     from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
     from hadw.rollout.engine import DECODERS
+    from hadw.rollout.precision import COMPUTE_DTYPES
 
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
     if cfg.model.dtype != "float32":
