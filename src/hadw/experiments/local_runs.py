@@ -87,6 +87,10 @@ def _init_worker(parent_pid: int) -> None:
         os.environ[var] = "1"
 
     def between_runs(signum, frame):  # a trainer's own handlers replace this while it trains, and restore it
+        if os.getppid() != parent_pid:  # orphaned (the command was killed): no run trains here, nothing to save
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         _worker_stop.append(signum)
         request_stop(signum)
 
