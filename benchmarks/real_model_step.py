@@ -119,12 +119,14 @@ def measure(args: argparse.Namespace) -> None:
 
     results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
     shapes: list[tuple[int, int, int]] = []
+    rounds: dict[str, list[float]] = {}  # configuration -> its median step time in each round
     for repeat in range(args.repeats):
         for name, overrides in CONFIGS.items():
             start = time.perf_counter()
             folder = args.out / f"{repeat}-{list(CONFIGS).index(name)}"
             records, run_shapes = run(args.model, overrides, args.steps + 1, folder)
             results[name] += records
+            rounds.setdefault(name, []).append(statistics.median(r[PHASES["step"]] for r in records))
             shapes += run_shapes
             print(f"  round {repeat + 1}, {name}: {len(records)} steps in {time.perf_counter() - start:.0f} s",
                   flush=True)  # fmt: skip
@@ -157,6 +159,10 @@ def measure(args: argparse.Namespace) -> None:
         step = [r[PHASES["step"]] for r in records]
         cells.append(f"×{base / statistics.median(step):.2f}")
         print("| " + " | ".join(cells) + " |")
+    print("\nstep time fp32 / configuration, per round (side by side; min / median / max over rounds):")
+    for name, times in rounds.items():
+        ratios = sorted(fp32 / t for fp32, t in zip(rounds["fp32"], times, strict=True))
+        print(f"  {name:22s} ×{ratios[0]:.2f} / ×{statistics.median(ratios):.2f} / ×{ratios[-1]:.2f}")
     print("\nthe ratio π/π_old over the step's tokens (median over steps of each step's min / max / clip fraction):")
     for name, records in results.items():
         vals = [statistics.median(r[k] for r in records) for k in RATIO_KEYS]
