@@ -357,6 +357,33 @@ def test_a_signal_stops_a_sweep_of_jobs_1_after_saving(tmp_path):
                 proc.wait()
 
 
+def test_a_signal_inside_a_library_that_wraps_exceptions_still_stops_the_sweep():
+    """SIGTERM to `hadw compare --jobs 1` while a trainer wrote its config (inside omegaconf, which re-raises what it
+    catches as its own error) ended the sweep with exit 1 and the run counted as failed, not stopped: the between-runs
+    stop was an Exception, and a library's `except Exception` took it. Found by the suite under load."""
+    import signal
+    from types import SimpleNamespace
+
+    from hadw.errors import SignalStop
+    from hadw.experiments.local_runs import run_specs
+
+    started = []
+
+    def worker(spec):
+        started.append(spec.seed)
+        try:  # a library that wraps every error it meets, as omegaconf does
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here
+            raise AssertionError("the signal did not interrupt the worker")
+        except Exception as err:
+            raise RuntimeError("wrapped by the library") from err
+
+    specs = [SimpleNamespace(arm="a", seed=seed) for seed in (0, 1)]
+    with pytest.raises(SignalStop) as stop:
+        run_specs(specs, 1, None, worker)
+    assert stop.value.exit_code == 128 + signal.SIGTERM and started == [0]
+    assert str(stop.value).startswith("SIGTERM: the sweep stopped at run 1 of 2 (a seed 0: stopped between runs)")
+
+
 def _processes_with(marker: str) -> list[int]:
     """Pids of the live processes whose environment holds `marker` (a command's workers, reparented or not)."""
     pids = []

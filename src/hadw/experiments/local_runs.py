@@ -16,11 +16,22 @@ from hadw.processes import STOP_SIGNALS
 RunSpec = Any  # hadw.experiments.compare.RunSpec (arm, seed, run_dir, ...): this module only passes it on
 
 
+class _StopBetweenRuns(BaseException):
+    """A stop signal between two runs' training loops. A BaseException, as KeyboardInterrupt is: raised wherever the
+    signal lands, inside a library too, and a library's `except Exception` must not turn it into that run's failure
+    (omegaconf re-raises what it catches as a ConfigTypeError: a SIGTERM while a trainer saved its config ended the
+    sweep with exit 1 and the run counted as failed)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 @contextlib.contextmanager
 def _signals_stop_the_sweep():
     """While runs execute in this process: SIGINT / SIGTERM / SIGHUP between two runs' training loops (loading a
-    config, setting up a trainer) raise SignalStop at once, nothing being lost. A trainer's loop installs its own
-    handlers (a safe stop: finish the step, save it) and restores these after."""
+    config, setting up a trainer) stop the sweep at once (_StopBetweenRuns), nothing being lost. A trainer's loop
+    installs its own handlers (a safe stop: finish the step, save it) and restores these after."""
     import signal
     import threading
 
@@ -29,7 +40,7 @@ def _signals_stop_the_sweep():
         return
 
     def handler(signum, frame):
-        raise SignalStop(f"{signal.Signals(signum).name}: stopped between runs", signum)
+        raise _StopBetweenRuns(signum)
 
     previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
@@ -42,14 +53,17 @@ def _signals_stop_the_sweep():
 def _run_here(specs: Sequence[RunSpec], on_done: Callable[[dict], None] | None, worker) -> list[dict]:
     """The runs one after the other in this process; a signal stops the sweep (SignalStop after the stopped run's
     checkpoint), never counted as one run's failure with the next run started."""
+    import signal
+
     results: list[dict] = []
     with _signals_stop_the_sweep():
         for spec in specs:
             try:
                 results.append(worker(spec))
-            except SignalStop as err:  # between two runs' training loops
-                results.append({"arm": spec.arm, "seed": spec.seed, "status": "failed", "error": str(err),
-                                "signal": err.signum})  # fmt: skip
+            except _StopBetweenRuns as stop:  # between two runs' training loops
+                name = signal.Signals(stop.signum).name
+                results.append({"arm": spec.arm, "seed": spec.seed, "status": "failed",
+                                "error": f"{name}: stopped between runs", "signal": stop.signum})  # fmt: skip
             if results[-1].get("signal"):
                 raise _sweep_stopped(results[-1], len(results), len(specs))
             if on_done:
