@@ -36,7 +36,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 from bench_report import add_report_option, report
-from cpu_info import matmul_peaks, peak
+from cpu_info import matmul_peaks, native_bf16, peak, read_cpu
 from roofline import bandwidth, model_flops_per_token
 
 import hadw
@@ -117,11 +117,17 @@ def measure(args: argparse.Namespace) -> None:
     )
     peaks = {name: p.gflops for name, p in peaks.items()}
 
-    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    configs = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
+    if args.configs == "auto":
+        configs = list(CONFIGS) if native_bf16(read_cpu().flags) else ["fp32"]
+        if configs == ["fp32"]:
+            print("this CPU has no native bf16 (no AVX512-BF16 / AMX): fp32 only (bf16 would be emulated)")
+    results: dict[str, list[dict]] = {name: [] for name in configs}
     shapes: list[tuple[int, int, int]] = []
     rounds: dict[str, list[float]] = {}  # configuration -> its median step time in each round
     for repeat in range(args.repeats):
-        for name, overrides in CONFIGS.items():
+        for name in configs:
+            overrides = CONFIGS[name]
             start = time.perf_counter()
             folder = args.out / f"{repeat}-{list(CONFIGS).index(name)}"
             records, run_shapes = run(args.model, overrides, args.steps + 1, folder)
@@ -143,7 +149,7 @@ def measure(args: argparse.Namespace) -> None:
     print("|" + "---|" * len(header))
     base = statistics.median(r[PHASES["step"]] for r in results["fp32"])
     for name, records in results.items():
-        peak = peaks["bf16" if "bf16" in name else "fp32"]
+        limit = peaks["bf16" if "bf16" in name else "fp32"]
         cells = [name]
         for column, key in PHASES.items():
             if key not in records[0]:  # an older hadw: no such phase metric
@@ -152,7 +158,7 @@ def measure(args: argparse.Namespace) -> None:
             seconds = statistics.median(r[key] for r in records)
             share = ""
             if column in work and seconds > 0:
-                share = f" ({100 * work[column] / seconds / 1e9 / peak:.0f} %)"
+                share = f" ({100 * work[column] / seconds / 1e9 / limit:.0f} %)"
             elif column == "optimiser" and seconds > 0:
                 share = f" ({100 * adam_bytes / seconds / 1e9 / statistics.median(copy_gbs):.0f} % of copy)"
             cells.append(f"{seconds:.2f}{share}")
@@ -175,6 +181,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (alternating)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per run (after one warm-up step)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/hadw_real_model_step"), help="scratch run folders")
+    parser.add_argument("--configs", default="auto", help="'auto' (bf16 ones only on a CPU with native bf16), "
+                        f"'all', or a comma list of: {', '.join(CONFIGS)}")  # fmt: skip
     add_report_option(parser)
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # the recipe's reward, real_model_rl:final_number

@@ -21,6 +21,7 @@ import time
 import torch
 from bench_models import MODELS
 from bench_report import add_report_option, report
+from cpu_info import native_bf16, read_cpu
 from roofline import bandwidth
 
 from hadw.rollout import HFRolloutEngine, SamplingParams, build_tiny_model, load_model
@@ -37,7 +38,10 @@ def measure(args: argparse.Namespace) -> None:
     weight_bytes = {"float32": 4 * model.num_parameters(), "bf16": 2 * model.num_parameters()}
     print(f"135M shapes ({model.num_parameters() / 1e6:.1f} M parameters), 1 thread, prompt 32 tokens, "
           f"{args.new_tokens} new tokens (EOS ignored), copy bandwidth {copy_gbs:.1f} GB/s (median of 3)")  # fmt: skip
-    for precision in ("float32", "bf16"):
+    precisions = ("float32", "bf16") if native_bf16(read_cpu().flags) or args.all_precisions else ("float32",)
+    if precisions == ("float32",):
+        print("this CPU has no native bf16 (no AVX512-BF16 / AMX): float32 only (--all-precisions for both)")
+    for precision in precisions:
         context = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else torch.no_grad
         seconds: dict[int, list[float]] = {rows: [] for rows in ROWS}
         for repeat in range(args.repeats + 1):  # the first round warms up (and measures packing once per shape)
@@ -69,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--all-precisions", action="store_true", help="bf16 too on a CPU without native bf16")
     add_report_option(parser)
     args = parser.parse_args()
     with report(args.report, parser, args):

@@ -230,6 +230,27 @@ def _lora_generation(out: str) -> str:
     )
 
 
+def _step_cells(out: str) -> dict[str, str]:
+    """real_model_step's fp32 row: phase -> its cell ("3.59 (54 %)")."""
+    header = next(r for r in out.splitlines() if r.startswith("| configuration |"))
+    row = next(r for r in out.splitlines() if r.startswith("| fp32 |"))
+    return dict(zip(*([c.strip() for c in line.strip("|").split("|")] for line in (header, row)), strict=True))
+
+
+def _real_model_step(out: str) -> str:
+    cells = _step_cells(out)
+    share = lambda phase: cells[phase].split("(")[1].rstrip(")")
+    of_step = 100 * float(cells["generate"].split()[0]) / float(cells["step"])
+    timed = [phase for phase in ("forward", "backward") if "(" in cells[phase]]
+    phases = "".join(f", {phase} {share(phase)}" for phase in timed)
+    return f"fp32: generate at {share('generate')} of the fp32 peak{phases}; generation {of_step:.0f} % of the step"
+
+
+def _rollout_rows(out: str) -> str:
+    per_row = [row.rsplit("×", 1)[1].strip(" |") for row in out.splitlines() if row.startswith("| 16 |")]
+    return f"a row costs ×{per_row[0]} (fp32) at 16 rows what it costs at 128"
+
+
 BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the report's output
     "theory_speed.md": _theory_speed,
     "core_overhead.md": _core_overhead,
@@ -249,6 +270,9 @@ BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the r
     "rollout_vs_ref.md": _rollout_vs_ref,
     "memory_vs_trl_lengths.md": _memory_lengths,
     "lora_generation.md": _lora_generation,
+    "real_model_step.md": _real_model_step,
+    "real_model_step_before.md": _real_model_step,
+    "rollout_rows.md": _rollout_rows,
 }
 
 
