@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -104,6 +105,19 @@ def flops(model, shapes: list[tuple[int, int, int]]) -> dict[str, float]:
     return {"generate": forward, "π_old re-score": forward, "forward": forward, "backward": 2 * forward}
 
 
+def chosen_configs(spec: str) -> list[str]:
+    """--configs: 'auto' (the bf16 ones only where the CPU multiplies bf16 natively), 'all', or a comma list (a comma
+    followed by a space is part of a name); fp32, the ratios' base, always runs."""
+    if spec == "auto" and not native_bf16(read_cpu().flags):
+        print("this CPU has no native bf16 (no AVX512-BF16 / AMX): fp32 only (bf16 would be emulated)")
+        return ["fp32"]
+    listed = list(CONFIGS) if spec in ("auto", "all") else re.split(r",(?! )", spec)
+    names = ["fp32", *(name for name in listed if name != "fp32")]
+    if unknown := [name for name in names if name not in CONFIGS]:
+        raise SystemExit(f"--configs: unknown {', '.join(unknown)}; allowed: auto, all, {', '.join(CONFIGS)}")
+    return names
+
+
 def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     print(f"hadw from {Path(hadw.__file__).parent}")
@@ -117,11 +131,7 @@ def measure(args: argparse.Namespace) -> None:
     )
     peaks = {name: p.gflops for name, p in peaks.items()}
 
-    configs = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
-    if args.configs == "auto":
-        configs = list(CONFIGS) if native_bf16(read_cpu().flags) else ["fp32"]
-        if configs == ["fp32"]:
-            print("this CPU has no native bf16 (no AVX512-BF16 / AMX): fp32 only (bf16 would be emulated)")
+    configs = chosen_configs(args.configs)
     results: dict[str, list[dict]] = {name: [] for name in configs}
     shapes: list[tuple[int, int, int]] = []
     rounds: dict[str, list[float]] = {}  # configuration -> its median step time in each round
