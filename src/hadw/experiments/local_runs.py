@@ -28,26 +28,34 @@ class _StopBetweenRuns(BaseException):
 
 
 @contextlib.contextmanager
-def _signals_stop_the_sweep():
-    """While runs execute in this process: SIGINT / SIGTERM / SIGHUP between two runs' training loops (loading a
-    config, setting up a trainer) stop the sweep at once (_StopBetweenRuns), nothing being lost. A trainer's loop
-    installs its own handlers (a safe stop: finish the step, save it) and restores these after."""
+def _stop_handlers(handler: Callable[[int, Any], None]):
+    """`handler` for every stop signal while the block runs, the previous handlers after; off the main thread, where
+    Python cannot set handlers, nothing."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        raise _StopBetweenRuns(signum)
-
     previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def _signals_stop_the_sweep():
+    """While runs execute in this process: SIGINT / SIGTERM / SIGHUP between two runs' training loops (loading a
+    config, setting up a trainer) stop the sweep at once (_StopBetweenRuns), nothing being lost. A trainer's loop
+    installs its own handlers (a safe stop: finish the step, save it) and restores these after."""
+
+    def handler(signum, frame):
+        raise _StopBetweenRuns(signum)
+
+    with _stop_handlers(handler):
+        yield
 
 
 def _run_here(specs: Sequence[RunSpec], on_done: Callable[[dict], None] | None, worker) -> list[dict]:
@@ -173,11 +181,6 @@ def _signals_reach_the_workers(stopped: list[int]):
     so a terminal's Ctrl-C, which reaches them too, followed by this SIGTERM, still saves the step."""
     import multiprocessing as mp
     import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum, frame):
         stopped.append(signum)
@@ -185,12 +188,8 @@ def _signals_reach_the_workers(stopped: list[int]):
             with contextlib.suppress(OSError):
                 os.kill(child.pid, signal.SIGTERM)
 
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
-    try:
+    with _stop_handlers(handler):
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def worker_stopped(signum: int) -> None:
