@@ -12,6 +12,9 @@ vs training, from the per-problem scores; hadw.experiments.stats, the same code 
         --raw benchmarks/bf16_equivalence/tiny.raw.json --table benchmarks/bf16_equivalence/README.md \
         --testbed "tiny" --margin 0.02
     python benchmarks/sweep_tables.py rebuild --raw benchmarks/bf16_equivalence/tiny.raw.json
+
+Several treatments against one baseline (`--treatment hadw,control`) make one row each; `--predicted control=-0.01`
+records a positive control's pre-registered size, and its verdict says whether the interval holds it.
 """
 
 from __future__ import annotations
@@ -43,7 +46,14 @@ def _run_record(run_dir: Path, arm: str, seed: int) -> tuple[dict, list[int], li
 
 def pack(args: argparse.Namespace) -> None:
     runs, levels = [], {}
-    for arm in (args.baseline, args.treatment):
+    arms = args.treatment.split(",")
+    predicted = {}
+    for item in args.predicted:
+        arm, _, size = item.partition("=")
+        if arm not in arms:
+            raise SystemExit(f"--predicted {item}: {arm!r} is not one of --treatment {arms}")
+        predicted[arm] = float(size)
+    for arm in (args.baseline, *arms):
         for run_dir in sorted((args.out / arm).glob("seed*"), key=lambda p: int(p.name[4:])):
             if not (run_dir / M.FINAL_EVAL_FILE).is_file():
                 continue  # unfinished: a sweep still going, or stopped
@@ -60,9 +70,10 @@ def pack(args: argparse.Namespace) -> None:
         "environment": environment(),
         "testbed": args.testbed,
         "baseline": args.baseline,
-        "treatment": args.treatment,
+        "treatment": arms[0] if len(arms) == 1 else arms,
         "primary": "all/greedy",
         "margin": args.margin,
+        **({"predicted": predicted} if predicted else {}),
         "levels": {str(seed): lv for seed, (lv, _) in sorted(levels.items())},
         "runs": runs,
     }
@@ -79,38 +90,79 @@ def verdict(low: float, high: float, margin: float) -> str:
     return "no detectable difference at this n"
 
 
-def tables(raw: dict) -> dict[str, str]:
-    base, treat = raw["baseline"], raw["treatment"]
+def treatments(raw: dict) -> list[str]:
+    """The arms compared with the baseline: one name (the older raw files) or a list."""
+    return [raw["treatment"]] if isinstance(raw["treatment"], str) else list(raw["treatment"])
+
+
+def comparison(raw: dict, treat: str) -> dict | None:
+    """treat − baseline over the seeds both finished: the paired t interval, MDE, Wilcoxon p and the variance split
+    (evaluation sampling from the per-problem scores vs training); None with fewer than 2 paired seeds."""
+    base = raw["baseline"]
     by = {(r["arm"], r["seed"]): r for r in raw["runs"]}
     seeds = sorted(s for (arm, s) in by if arm == treat and (base, s) in by)
     if len(seeds) < 2:
-        return {"primary": "(fewer than 2 paired seeds finished)", "variance": ""}
+        return None
     acc = {arm: {s: by[arm, s]["greedy"]["all"] for s in seeds} for arm in (base, treat)}
     pair = paired_difference(acc[treat], acc[base], robust="wilcoxon")
-    d = pair.diff
-    scores = {key: [int(c) for c in row["scores"]] for key, row in by.items()}
+    scores = {(arm, s): [int(c) for c in by[arm, s]["scores"]] for arm in (base, treat) for s in seeds}
     diffs = [acc[treat][s] - acc[base][s] for s in seeds]
     eval_vars = [eval_sampling_variance(scores[treat, s], scores[base, s]) for s in seeds]
     problems = sum(len(scores[base, s]) for s in seeds) / len(seeds)
-    split = variance_split(diffs, eval_vars, problems)
-    mean = lambda arm: sum(acc[arm].values()) / len(seeds)
-    primary = "\n".join([
-        f"| testbed | seeds | {base} | {treat} | {treat} − {base} [95 % t] | MDE (80 %) | Wilcoxon p | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {raw['testbed']} | {len(seeds)} | {mean(base):.4f} | {mean(treat):.4f} | {d.mean:+.4f} "
-        f"[{d.low:+.4f}, {d.high:+.4f}] | {pair.mde:.4f} | {pair.wilcoxon_p:.3f} | "
-        f"{verdict(d.low, d.high, raw['margin'])} |",
-    ])  # fmt: skip
-    per_seed = " ".join(f"{x:+.3f}" for x in diffs)
-    variance = "\n".join([
-        "| problems / seed | paired SD | evaluation share of the variance | half-width now | 2× problems | 2× seeds |",
-        "|---|---|---|---|---|---|",
-        f"| {problems:.0f} | {split.total ** 0.5:.4f} | {split.eval_share:.2f} | {split.half_width:.4f} | "
-        f"{split.half_width_2x_problems:.4f} | {split.half_width_2x_seeds:.4f} |",
-        "",
-        f"Per seed ({', '.join(map(str, seeds))}), {treat} − {base}: {per_seed}.",
-    ])  # fmt: skip
-    return {f"{raw['testbed']}_primary": primary, f"{raw['testbed']}_variance": variance}
+    mean = {arm: sum(acc[arm].values()) / len(seeds) for arm in (base, treat)}
+    return {
+        "seeds": seeds,
+        "mean": mean,
+        "pair": pair,
+        "diffs": diffs,
+        "problems": problems,
+        "split": variance_split(diffs, eval_vars, problems),
+    }
+
+
+def _verdict_cell(raw: dict, treat: str, low: float, high: float) -> str:
+    """The decision rule's words, and where a pre-registered size (a positive control's) lies against the interval."""
+    words = verdict(low, high, raw["margin"])
+    size = raw.get("predicted", {}).get(treat)
+    if size is not None:
+        words += f"; pre-registered size {size:+.4f} {'inside' if low <= size <= high else 'outside'} the interval"
+    return words
+
+
+def tables(raw: dict) -> dict[str, str]:
+    """{<testbed>_primary, <testbed>_variance}: one row per treatment (the older one-treatment layout kept)."""
+    base, arms = raw["baseline"], treatments(raw)
+    found = {treat: comparison(raw, treat) for treat in arms}
+    if all(c is None for c in found.values()):
+        return {"primary": "(fewer than 2 paired seeds finished)", "variance": ""}
+    one = len(arms) == 1
+    primary = (
+        [f"| testbed | seeds | {base} | {arms[0]} | {arms[0]} − {base} [95 % t] | MDE (80 %) | Wilcoxon p | verdict |"]
+        if one
+        else [f"| testbed | arm | seeds | {base} | arm | arm − {base} [95 % t] | MDE (80 %) | Wilcoxon p | verdict |"]
+    )
+    primary.append("|---|---|---|---|---|---|---|---|" + ("" if one else "---|"))
+    columns = "| problems / seed | paired SD | evaluation share of the variance | half-width now | 2× problems"
+    columns += " | 2× seeds |"
+    variance = [("" if one else "| arm ") + columns, "|---|---|---|---|---|---|" + ("" if one else "---|")]
+    per_seed = []
+    for treat, c in found.items():
+        if c is None:
+            continue
+        d, split, arm_cell = c["pair"].diff, c["split"], "" if one else f" {treat} |"
+        primary.append(
+            f"| {raw['testbed']} |{arm_cell} {len(c['seeds'])} | {c['mean'][base]:.4f} | {c['mean'][treat]:.4f} | "
+            f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}] | {c['pair'].mde:.4f} | {c['pair'].wilcoxon_p:.3f} | "
+            f"{_verdict_cell(raw, treat, d.low, d.high)} |"
+        )
+        variance.append(
+            f"|{arm_cell} {c['problems']:.0f} | {split.total**0.5:.4f} | {split.eval_share:.2f} | "
+            f"{split.half_width:.4f} | {split.half_width_2x_problems:.4f} | {split.half_width_2x_seeds:.4f} |"
+        )
+        diffs = " ".join(f"{x:+.3f}" for x in c["diffs"])
+        per_seed.append(f"Per seed ({', '.join(map(str, c['seeds']))}), {treat} − {base}: {diffs}.")
+    variance += ["", "\n\n".join(per_seed)]
+    return {f"{raw['testbed']}_primary": "\n".join(primary), f"{raw['testbed']}_variance": "\n".join(variance)}
 
 
 def main() -> None:
@@ -119,7 +171,14 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, required=True, help="the raw file (benchmarks/.../NAME.raw.json)")
     parser.add_argument("--out", type=Path, help="pack: the sweep's --out folder")
     parser.add_argument("--baseline", help="pack: the baseline arm's name")
-    parser.add_argument("--treatment", help="pack: the other arm's name")
+    parser.add_argument("--treatment", help="pack: the other arm's name, or several: a,b (a row each)")
+    parser.add_argument(
+        "--predicted",
+        action="append",
+        default=[],
+        metavar="ARM=SIZE",
+        help="pack: an arm's pre-registered size (a positive control's); the verdict says if its interval holds it",
+    )
     parser.add_argument("--table", type=Path, help="pack: the markdown file holding the rebuilt blocks")
     parser.add_argument("--testbed", help="pack: the testbed's name (the blocks are named after it)")
     parser.add_argument("--margin", type=float, default=0.02, help="pack: the pre-registered equivalence margin")

@@ -1,0 +1,97 @@
+"""benchmarks/sweep_tables.py with several treatments against one baseline (a study's effect arm and its positive
+control), on a planted sweep whose differences are known: one row per treatment, the control's verdict, and where
+its pre-registered size lies against its interval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from hadw import metrics as M
+from tests.conftest import REPO_ROOT
+
+BENCH = REPO_ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import sweep_tables  # noqa: E402
+
+PROBLEMS, SEEDS = 400, range(6)
+# per arm: the chance a problem is solved; the control is 8 points lower on every seed, hadw the same as grpo
+ACCURACY = {"grpo": 0.60, "hadw": 0.60, "control": 0.52}
+
+
+def _planted_sweep(out):
+    """out/<arm>/seed<N>/ with final_eval.json and final_eval_problems.jsonl, as `hadw compare` leaves them."""
+    for seed in SEEDS:
+        levels = np.random.default_rng(100 + seed).integers(2, 5, PROBLEMS)
+        for arm, p in ACCURACY.items():
+            scores = (np.random.default_rng([seed, len(arm)]).random(PROBLEMS) < p).astype(int)
+            run = out / arm / f"seed{seed}"
+            run.mkdir(parents=True)
+            rows = [
+                {"uid": f"u{i}", "level": int(lv), "scores": [int(s)]}
+                for i, (lv, s) in enumerate(zip(levels, scores, strict=True))
+            ]
+            (run / M.FINAL_EVAL_PROBLEMS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            final = {"all": {M.GREEDY: float(scores.mean()), "count": float(PROBLEMS)}}
+            (run / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
+
+
+def _pack(tmp_path, treatment, predicted=()):
+    raw = tmp_path / "study.raw.json"
+    args = argparse.Namespace(
+        out=tmp_path / "sweep",
+        baseline="grpo",
+        treatment=treatment,
+        predicted=list(predicted),
+        raw=raw,
+        table=BENCH / "planted_study.md",
+        testbed="planted",
+        margin=0.01,
+    )
+    sweep_tables.pack(args)
+    return json.loads(raw.read_text())
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    _planted_sweep(tmp_path / "sweep")
+    return tmp_path
+
+
+def test_two_treatments_make_a_row_each_and_the_control_is_detected_lower(sweep):
+    raw = _pack(sweep, "hadw,control", ["control=-0.08"])
+    assert raw["treatment"] == ["hadw", "control"] and raw["predicted"] == {"control": -0.08}
+    assert {r["arm"] for r in raw["runs"]} == {"grpo", "hadw", "control"} and len(raw["runs"]) == 18
+    primary = sweep_tables.tables(raw)["planted_primary"].splitlines()
+    assert primary[0].startswith("| testbed | arm | seeds | grpo | arm | arm − grpo [95 % t]")
+    rows = {line.split(" | ")[1]: line for line in primary[2:]}
+    assert set(rows) == {"hadw", "control"}
+    control = sweep_tables.comparison(raw, "control")["pair"].diff
+    assert control.high < 0 and control.low < -0.08 < control.high, control
+    assert "a difference (lower with the treatment)" in rows["control"]
+    assert "pre-registered size -0.0800 inside the interval" in rows["control"]
+    assert "a difference" not in rows["hadw"] and "pre-registered" not in rows["hadw"]
+    variance = sweep_tables.tables(raw)["planted_variance"]
+    assert "| arm | problems / seed |" in variance and "control − grpo:" in variance and "hadw − grpo:" in variance
+
+
+def test_a_pre_registered_size_outside_the_interval_is_said(sweep):
+    raw = _pack(sweep, "hadw,control", ["control=-0.01"])
+    row = next(line for line in sweep_tables.tables(raw)["planted_primary"].splitlines() if "| control |" in line)
+    assert "pre-registered size -0.0100 outside the interval" in row
+
+
+def test_one_treatment_keeps_the_older_layout(sweep):
+    raw = _pack(sweep, "control")
+    assert raw["treatment"] == "control" and "predicted" not in raw
+    primary = sweep_tables.tables(raw)["planted_primary"]
+    assert primary.startswith("| testbed | seeds | grpo | control | control − grpo [95 % t] |")
+
+
+def test_a_predicted_size_for_an_arm_not_compared_is_refused(sweep):
+    with pytest.raises(SystemExit, match="'lr050' is not one of --treatment"):
+        _pack(sweep, "hadw,control", ["lr050=-0.01"])
