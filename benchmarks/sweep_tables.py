@@ -64,7 +64,7 @@ def pack(args: argparse.Namespace) -> None:
             levels[seed] = ("".join(str(level) for level in run_levels), uids)
             runs.append(row)
     raw = {
-        "script": str(Path(__file__).resolve().relative_to(HERE.parent)),
+        "script": str((args.script or Path(__file__)).resolve().relative_to(HERE.parent)),
         "tables": [str(args.table.resolve().relative_to(HERE.parent))],
         "command": shlex.join(sys.argv),
         "environment": environment(),
@@ -181,11 +181,14 @@ def main() -> None:
     )
     parser.add_argument("--table", type=Path, help="pack: the markdown file holding the rebuilt blocks")
     parser.add_argument("--testbed", help="pack: the testbed's name (the blocks are named after it)")
+    parser.add_argument(
+        "--script", type=Path, help="pack: the script whose tables() rebuilds the blocks (default: this one)"
+    )
     parser.add_argument("--margin", type=float, default=0.02, help="pack: the pre-registered equivalence margin")
     args = parser.parse_args()
     if args.what == "pack":
         pack(args)
-    rebuild(args.raw, tables)
+    rebuild(args.raw)  # with the tables() of the script the raw file names
 
 
 if __name__ == "__main__":

@@ -17,18 +17,19 @@ from tests.conftest import REPO_ROOT
 BENCH = REPO_ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import sweep_tables  # noqa: E402
+import tiny_testbed_pilot  # noqa: E402
 
 PROBLEMS, SEEDS = 400, range(6)
 # per arm: the chance a problem is solved; the control is 8 points lower on every seed, hadw the same as grpo
 ACCURACY = {"grpo": 0.60, "hadw": 0.60, "control": 0.52}
 
 
-def _planted_sweep(out):
+def _planted_sweep(out, accuracy=ACCURACY):
     """out/<arm>/seed<N>/ with final_eval.json and final_eval_problems.jsonl, as `hadw compare` leaves them."""
     for seed in SEEDS:
         levels = np.random.default_rng(100 + seed).integers(2, 5, PROBLEMS)
-        for arm, p in ACCURACY.items():
-            scores = (np.random.default_rng([seed, len(arm)]).random(PROBLEMS) < p).astype(int)
+        for arm, p in accuracy.items():
+            scores = (np.random.default_rng([seed, sum(map(ord, arm))]).random(PROBLEMS) < p).astype(int)
             run = out / arm / f"seed{seed}"
             run.mkdir(parents=True)
             rows = [
@@ -40,7 +41,7 @@ def _planted_sweep(out):
             (run / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
 
 
-def _pack(tmp_path, treatment, predicted=()):
+def _pack(tmp_path, treatment, predicted=(), testbed="planted", script=None):
     raw = tmp_path / "study.raw.json"
     args = argparse.Namespace(
         out=tmp_path / "sweep",
@@ -49,8 +50,9 @@ def _pack(tmp_path, treatment, predicted=()):
         predicted=list(predicted),
         raw=raw,
         table=BENCH / "planted_study.md",
-        testbed="planted",
+        testbed=testbed,
         margin=0.01,
+        script=script,
     )
     sweep_tables.pack(args)
     return json.loads(raw.read_text())
@@ -95,3 +97,28 @@ def test_one_treatment_keeps_the_older_layout(sweep):
 def test_a_predicted_size_for_an_arm_not_compared_is_refused(sweep):
     with pytest.raises(SystemExit, match="'lr050' is not one of --treatment"):
         _pack(sweep, "hadw,control", ["lr050=-0.01"])
+
+
+@pytest.mark.parametrize(
+    ("measured", "expected"),
+    [
+        ({0.50: -0.04, 0.75: -0.02}, (0.85, -0.012)),  # d(0.875) = -0.01: the grid's largest below it
+        ({0.50: -0.008, 0.75: -0.003}, (0.50, -0.008)),  # nothing reaches one point: the smallest factor
+        ({0.25: -0.03, 0.50: -0.004, 0.75: -0.001}, (0.40, -0.0144)),  # the extended pilot's grid starts at 0.25
+    ],
+)
+def test_the_pilot_rule_picks_the_pre_registered_factor(measured, expected):
+    f, size = tiny_testbed_pilot.control_rule(measured)
+    assert (f, round(size, 6)) == expected
+
+
+def test_the_pilot_rule_block_is_rebuilt_from_the_pilot_raw_file(tmp_path):
+    _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.54, "lr075": 0.58})
+    raw = _pack(tmp_path, "lr050,lr075", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
+    assert raw["script"] == "benchmarks/tiny_testbed_pilot.py"
+    measured = {f: sweep_tables.comparison(raw, arm)["pair"].diff.mean for arm, f in (("lr050", 0.5), ("lr075", 0.75))}
+    assert measured[0.5] < -0.03 and measured[0.75] < -0.005, measured
+    f, size = tiny_testbed_pilot.control_rule(measured)
+    rule = tiny_testbed_pilot.tables(raw)["tiny_pilot_rule"].splitlines()
+    assert rule[0] == "| d(0.50) | d(0.75) | target τ | f* | control lr | pre-registered size d(f*) |"
+    assert rule[2].endswith(f"| {f:.2f} | {f * 1e-4:.3g} | {size:+.4f} |") and 0.5 <= f <= 0.95 and size <= -0.01
