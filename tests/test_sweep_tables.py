@@ -117,12 +117,24 @@ def test_the_pilot_rule_picks_the_pre_registered_factor(measured, expected):
 
 
 def test_the_pilot_rule_block_is_rebuilt_from_the_pilot_raw_file(tmp_path):
-    _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.54, "lr075": 0.58})
-    raw = _pack(tmp_path, "lr050,lr075", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
+    """lr arms that learn less choose an lr control; lr arms that learn more (what the real pilot found) hand the
+    choice to Amendment 1's G rule."""
+    _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.54, "lr075": 0.58, "g7": 0.58})
+    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
     assert raw["script"] == "benchmarks/tiny_testbed_pilot.py"
     measured = {f: sweep_tables.comparison(raw, arm)["pair"].diff.mean for arm, f in (("lr050", 0.5), ("lr075", 0.75))}
     assert measured[0.5] < -0.03 and measured[0.75] < -0.005, measured
     f, size = tiny_testbed_pilot.control_rule(measured)
     rule = tiny_testbed_pilot.tables(raw)["tiny_pilot_rule"].splitlines()
-    assert rule[0] == "| d(0.50) | d(0.75) | target τ | f* | control lr | pre-registered size d(f*) |"
-    assert rule[2].endswith(f"| {f:.2f} | {f * 1e-4:.3g} | {size:+.4f} |") and 0.5 <= f <= 0.95 and size <= -0.01
+    assert rule[0] == "| rule | measured | outcome |" and 0.5 <= f <= 0.95 and size <= -0.01
+    assert rule[2].endswith(f"f* = {f:.2f} (lr {f * 1e-4:.3g}), pre-registered size d(f*) = {size:+.4f} |"), rule[2]
+    d7 = sweep_tables.comparison(raw, "g7")["pair"].diff.mean
+    assert d7 < -0.005 and rule[3].endswith(f"control G = 7, pre-registered size d(7) = {d7:+.4f} |"), rule[3]
+
+
+def test_lr_arms_that_learn_more_hand_the_control_to_the_g_rule(tmp_path):
+    _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.62, "lr075": 0.61, "g7": 0.60})
+    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
+    rule = tiny_testbed_pilot.tables(raw)["tiny_pilot_rule"].splitlines()
+    assert "a smaller lr did not learn less; the rule's lr025 is not run" in rule[2]
+    assert "pilot 2 adds g6" in rule[3]  # G = 7 cost less than half a point: the rule asks for G = 6
