@@ -475,3 +475,36 @@ def test_plot_of_a_run_without_anchor_metrics_draws_its_accuracy(tmp_path):
     result = CliRunner().invoke(build_app(), ["plot", str(run), "--out", str(out)])
     assert result.exit_code == 0, (result.output, result.exception)
     assert out.stat().st_size > 1000
+
+
+def test_disk_warning_counts_a_finished_run_s_files_not_its_links(tmp_path):
+    run = tmp_path / "grpo" / "seed0"
+    (run / "checkpoint-000002").mkdir(parents=True)
+    (run / "checkpoint-000002" / "model.safetensors").write_bytes(b"\0" * 3_000_000)
+    (run / "final_eval.json").write_bytes(b"\0" * 1_000_000)
+    big = tmp_path / "elsewhere.bin"
+    big.write_bytes(b"\0" * 50_000_000)
+    (run / "link").symlink_to(big)  # a link in a run folder is not what the run left
+    assert cmp.folder_bytes(run) == 4_000_000 + len(str(big))
+    assert cmp.disk_warning(run, runs_left=10, free=41_000_000) is None  # 10 × 4 MB fit
+    line = cmp.disk_warning(run, runs_left=10, free=39_000_000)
+    assert line.startswith(f"disk: {run} left 4.0 MB; the 10 runs still to train need about 40.0 MB, 39.0 MB free")
+    assert "checkpoint.keep_last=1" in line and "\n" not in line
+    assert cmp.disk_warning(run, runs_left=0, free=0) is None  # nothing left to train
+
+
+def test_compare_says_once_when_the_runs_still_to_train_will_not_fit_on_disk(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 1000, 1000))  # 1 kB free
+    out = tmp_path / "cmp"
+    args = ["compare", "--out", str(out), "--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0"]
+    result = CliRunner().invoke(
+        build_app(), [*args, "--smooth", "1", *[x for o in tiny_recipe() for x in ("--set", o)]]
+    )
+    assert result.exit_code == 0, result.output
+    warnings = [ln for ln in result.output.splitlines() if ln.startswith("disk: ")]
+    assert len(warnings) == 1 and "the 1 runs still to train" in warnings[0], result.output
+    assert str(out / "grpo" / "seed0") in warnings[0]

@@ -164,6 +164,36 @@ def run_status(run_dir: Path) -> str:
     return "resume" if checkpoint_dirs(run_dir) else "new"
 
 
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under `path`, links not followed (a link's own size, not its target's)."""
+    import os
+
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file a running run just replaced
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def disk_warning(run_dir: Path, runs_left: int, free: int | None = None) -> str | None:
+    """After a run finishes: the one line that says the runs still to train, each leaving on disk what `run_dir` left
+    (its checkpoints and final model), need more than the free space there, and what to do; None when they fit.
+    A 135M-parameter sweep keeps 1.6 GB a checkpoint, `checkpoint.keep_last` of them a run: 16 runs filled a disk."""
+    import shutil
+
+    left = folder_bytes(run_dir)
+    free = shutil.disk_usage(run_dir).free if free is None else free
+    if runs_left < 1 or left * runs_left <= free:
+        return None
+    size = lambda n: f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+    return (
+        f"disk: {run_dir} left {size(left)}; the {runs_left} runs still to train need about {size(left * runs_left)}, "
+        f"{size(free)} free there: --set checkpoint.keep_last=1 keeps one checkpoint a run, and a finished run's "
+        "checkpoint-* folders can be deleted (it is reused from final_model/ and its results)"
+    )
+
+
 # train.num_threads (--cpus-per-run) changes how fast a run goes, not what it learns: a sweep re-run with
 # another --cpus-per-run reuses and resumes its runs (the trainer's resume check also lets it change).
 _THREADS_LINE = re.compile(r"^(\s+num_threads:) .*$", re.MULTILINE)
