@@ -303,6 +303,7 @@ README_SUMMARY = {  # report -> the ratio the README's five-line "Benchmarks" su
     "core_overhead.md": _core_overhead_summary,
     "trl_overhead.md": lambda out: "the TRL adapter ×" + _mmm(*_numbers(out, r"ratio \(CPU time\)")[:3]) + " plain",
     "decode_step.md": lambda out: f"×{_mmm(*_numbers(out, r'oneDNN packed')[9:12])} faster than MKL's `F.linear`",
+    "real_model_step.md": lambda out: f"({float(_step_cells(out)['step']):.0f} s on an idle AMD EPYC, one thread:",
 }
 
 
