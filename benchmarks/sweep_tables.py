@@ -65,7 +65,7 @@ def pack(args: argparse.Namespace) -> None:
             runs.append(row)
     raw = {
         "script": str((args.script or Path(__file__)).resolve().relative_to(HERE.parent)),
-        "tables": [str(args.table.resolve().relative_to(HERE.parent))],
+        "tables": [str(table.resolve().relative_to(HERE.parent)) for table in args.table],
         "command": shlex.join(sys.argv),
         "environment": environment(),
         "testbed": args.testbed,
@@ -179,7 +179,12 @@ def main() -> None:
         metavar="ARM=SIZE",
         help="pack: an arm's pre-registered size (a positive control's); the verdict says if its interval holds it",
     )
-    parser.add_argument("--table", type=Path, help="pack: the markdown file holding the rebuilt blocks")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        action="append",
+        help="pack: a markdown file holding rebuilt blocks (repeat: README.md too)",
+    )
     parser.add_argument("--testbed", help="pack: the testbed's name (the blocks are named after it)")
     parser.add_argument(
         "--script", type=Path, help="pack: the script whose tables() rebuilds the blocks (default: this one)"

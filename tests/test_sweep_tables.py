@@ -53,7 +53,7 @@ def _pack(tmp_path, treatment, predicted=(), testbed="planted", script=None):
         treatment=treatment,
         predicted=list(predicted),
         raw=raw,
-        table=BENCH / "planted_study.md",
+        table=[BENCH / "planted_study.md", REPO_ROOT / "README.md"],
         testbed=testbed,
         margin=0.01,
         script=script,
@@ -71,6 +71,7 @@ def sweep(tmp_path):
 def test_two_treatments_make_a_row_each_and_the_control_is_detected_lower(sweep):
     raw = _pack(sweep, "hadw,control", ["control=-0.08"])
     assert raw["treatment"] == ["hadw", "control"] and raw["predicted"] == {"control": -0.08}
+    assert raw["tables"] == ["benchmarks/planted_study.md", "README.md"]
     assert {r["arm"] for r in raw["runs"]} == {"grpo", "hadw", "control"} and len(raw["runs"]) == 18
     primary = sweep_tables.tables(raw)["planted_primary"].splitlines()
     assert primary[0].startswith("| testbed | arm | seeds | grpo | arm | arm − grpo [95 % t]")
