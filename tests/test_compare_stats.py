@@ -140,6 +140,42 @@ def test_the_split_of_a_sweep_by_hand(problem_out):
     assert not split.paired_by_problem and split.eval == pytest.approx((0.0625 + 0.0833333) / 3, abs=1e-7)
 
 
+def test_avg_at_k_is_split_from_the_sampled_scores(problem_out):
+    """data.eval_samples=2: each problem's two sampled scores give avg@2 its split; a run without them says so."""
+    sampled = {0: ([[1, 1], [1, 0], [0, 0], [1, 1]], [[1, 1], [1, 1], [0, 1], [1, 1]]),
+               1: ([[0, 0], [1, 1], [1, 0], [0, 1]], [[0, 1], [1, 1], [1, 0], [0, 1]]),
+               2: ([[0, 0], [0, 0], [1, 0], [0, 0]], [[1, 1], [1, 0], [1, 1], [1, 1]])}  # fmt: skip
+    for seed, pair in sampled.items():
+        for arm, scores in zip(("grpo", "hadw"), pair, strict=True):
+            run_dir = problem_out / arm / f"seed{seed}"
+            rows = [json.loads(line) for line in (run_dir / M.FINAL_EVAL_PROBLEMS_FILE).read_text().splitlines()]
+            for row, two in zip(rows, scores, strict=True):
+                row["sampled"] = two
+            (run_dir / M.FINAL_EVAL_PROBLEMS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            final = json.loads((run_dir / M.FINAL_EVAL_FILE).read_text())
+            final["all"]["avg@2"] = sum(map(sum, scores)) / 8
+            (run_dir / M.FINAL_EVAL_FILE).write_text(json.dumps(final))
+    result = cmp.aggregate(cmp.collect_runs(problem_out, ["grpo", "hadw"], [0, 1, 2]), metric_names=("avg@2",))
+    split = result.metrics["val/all/avg@2"].splits["hadw"]
+    # per-problem means a_i − b_i: seed 0 (0, .5, .5, 0), seed 1 (.5, 0, 0, 0), seed 2 (1, .5, .5, 1); var / 4 each
+    evals = [
+        np.var([0, 0.5, 0.5, 0], ddof=1) / 4,
+        np.var([0.5, 0, 0, 0], ddof=1) / 4,
+        np.var([1, 0.5, 0.5, 1], ddof=1) / 4,
+    ]
+    assert split.eval == pytest.approx(np.mean(evals), abs=1e-12)
+    assert split.total == pytest.approx(np.var([0.25, 0.125, 0.75], ddof=1), abs=1e-12)
+
+    run_dir = problem_out / "grpo" / "seed1"  # a run evaluated without data.eval_samples
+    rows = [json.loads(line) for line in (run_dir / M.FINAL_EVAL_PROBLEMS_FILE).read_text().splitlines()]
+    kept = [{k: v for k, v in r.items() if k != "sampled"} for r in rows]
+    (run_dir / M.FINAL_EVAL_PROBLEMS_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept))
+    result = cmp.aggregate(cmp.collect_runs(problem_out, ["grpo", "hadw"], [0, 1, 2]), metric_names=("avg@2",))
+    assert result.metrics["val/all/avg@2"].splits["hadw"] == (
+        "grpo seed 1: its per-problem results have no sampled scores (data.eval_samples=0)"
+    )
+
+
 def test_compare_prints_the_split_and_names_runs_without_per_problem_results(problem_out):
     result = CliRunner().invoke(build_app(), ["compare", "--out", str(problem_out), "--collect-only", "--smooth", "1"])
     assert result.exit_code == 0, result.output

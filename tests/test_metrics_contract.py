@@ -41,6 +41,38 @@ def finished_run(tmp_path_factory):
     return root / "run"
 
 
+def _run_with(root, name: str, *sets: str):
+    model = build_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, seed=0)  # fmt: skip
+    cfg = load_config(None, [
+        f"model.path={model}", "data.source=task:addition", "data.template=plain", "data.chat_template=never",
+        "data.eval_size=8", "rollout.group_size=4", "rollout.max_new_tokens=4", "train.prompts_per_step=4",
+        "train.mini_batch_prompts=2", "train.steps=2", "train.eval_every=1", f"train.output_dir={root / name}",
+        "logging.progress=false", "train.num_threads=1", *sets,
+    ])  # fmt: skip
+    Trainer(cfg).train()
+    return root / name
+
+
+def test_sampled_evaluation_adds_avg_and_pass_at_k_and_keeps_greedy_as_it_was(tmp_path):
+    """data.eval_samples=3: every evaluation adds avg@3 / pass@3 beside greedy, the per-problem file keeps the three
+    sampled scores (their mean is avg@3), and neither training nor the greedy evaluation moves (the sampling draws
+    from its own generator)."""
+    plain = _run_with(tmp_path, "plain")
+    sampled = _run_with(tmp_path, "sampled", "data.eval_samples=3")
+    final, before = M.read_run(sampled).final_eval, M.read_run(plain).final_eval
+    assert set(final["all"]) == {M.COUNT, M.GREEDY, M.avg_at(3), M.pass_at(3)} and final["all"][M.COUNT] == 8
+    assert {b: r[M.GREEDY] for b, r in final.items()} == {b: r[M.GREEDY] for b, r in before.items()}
+    steps, steps_before = M.read_run(sampled).steps, M.read_run(plain).steps
+    assert [r[M.SCORE_MEAN] for r in steps] == [r[M.SCORE_MEAN] for r in steps_before]
+    assert M.val_key("all", M.avg_at(3)) in steps[0]  # the periodic evaluation samples too
+    rows = M.read_eval_problems(sampled)
+    assert [r["scores"] for r in rows] == [r["scores"] for r in M.read_eval_problems(plain)]
+    assert all(len(r["sampled"]) == 3 and set(r["sampled"]) <= {0, 1} for r in rows)
+    mean = sum(sum(r["sampled"]) for r in rows) / 24
+    assert mean == pytest.approx(final["all"][M.avg_at(3)], abs=1e-12)
+
+
 def test_every_metric_a_run_writes_is_declared(finished_run):
     records = M.read_run(finished_run)
     keys = {k for r in records.steps for k in r}
@@ -97,6 +129,14 @@ def test_per_problem_rows_and_their_reader(tmp_path):
     (tmp_path / M.FINAL_EVAL_PROBLEMS_FILE).write_text('{"index": 0, "scores": []}\n')
     with pytest.raises(M.MetricsFileError, match=r"final_eval_problems.jsonl:1: expected an object"):
         M.read_eval_problems(tmp_path)
+    (tmp_path / M.FINAL_EVAL_PROBLEMS_FILE).write_text('{"index": 0, "scores": [1], "sampled": ["1"]}\n')
+    with pytest.raises(M.MetricsFileError, match=r"jsonl:1: 'sampled', where present, must be a non-empty list"):
+        M.read_eval_problems(tmp_path)
+    with_sampled = M.eval_problem_rows([[1.0], [0.0]], problems, sampled=[[1.0, 0.0, 1.0], [0.5, 0.0, 0.0]])
+    assert with_sampled[1] == {"index": 1, "uid": "gsm8k:7", "source": "gsm8k", "level": None, "scores": [0],
+                               "sampled": [0.5, 0, 0]}  # fmt: skip
+    with pytest.raises(ValueError, match="1 sampled rows for 2 problems"):
+        M.eval_problem_rows([[1.0], [0.0]], problems, sampled=[[1.0]])
     logger.log_final_eval({})  # no held-out problems: a stale per-problem file is not left to pass for this one
     assert M.read_eval_problems(tmp_path) is None
     logger.close()

@@ -200,25 +200,33 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def eval_problem_rows(correct: Sequence[Sequence[float]], problems: Sequence[Any]) -> list[dict[str, Any]]:
-    """One row per evaluated problem, in evaluation order: {"index", "uid", "source", "level", "scores"}.
+def eval_problem_rows(
+    correct: Sequence[Sequence[float]], problems: Sequence[Any], sampled: Sequence[Sequence[float]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per evaluated problem, in evaluation order: {"index", "uid", "source", "level", "scores"}, and
+    "sampled" when the evaluation also sampled k answers a problem (data.eval_samples).
 
-    correct: [num_problems][k] scores (hadw.eval.evaluate.EvalReport.correct); problems: the num_problems
-    hadw.data.Problem objects. A whole-number score is written as an int (0 / 1: the file stays small enough to
-    commit, ~60 bytes a problem); the mean of `scores` over every row is the bucket "all" of the summary."""
-    if len(correct) != len(problems):
-        raise ValueError(f"eval_problem_rows: {len(correct)} score rows for {len(problems)} problems")
-    compact = lambda v: int(v) if float(v).is_integer() else float(v)
-    return [
-        {"index": i, "uid": p.uid, "source": p.source, "level": p.level, "scores": [compact(v) for v in row]}
+    correct: [num_problems][1] greedy scores (hadw.eval.evaluate.EvalReport.correct); sampled: [num_problems][k]
+    scores at the sampling temperature, or None; problems: the num_problems hadw.data.Problem objects. A
+    whole-number score is written as an int (0 / 1: the file stays small enough to commit, ~60 bytes a problem); the
+    mean of `scores` over every row is the bucket "all" of the summary, that of `sampled` its avg@k."""
+    for what, rows in (("score", correct), ("sampled", sampled or correct)):
+        if len(rows) != len(problems):
+            raise ValueError(f"eval_problem_rows: {len(rows)} {what} rows for {len(problems)} problems")
+    compact = lambda row: [int(v) if float(v).is_integer() else float(v) for v in row]
+    out = [
+        {"index": i, "uid": p.uid, "source": p.source, "level": p.level, "scores": compact(row)}
         for i, (row, p) in enumerate(zip(correct, problems, strict=True))
     ]
+    for row, scores in zip(out, sampled or (), strict=False):
+        row["sampled"] = compact(scores)
+    return out
 
 
 def read_eval_problems(run_dir: str | Path) -> list[dict[str, Any]] | None:
     """A run's final_eval_problems.jsonl (eval_problem_rows), or None when the run has none (a run made before
     the file existed, or one without held-out problems). MetricsFileError naming the line when a row is not an
-    object with a list of numeric "scores"."""
+    object with a list of numeric "scores" (and, where present, "sampled")."""
     path = Path(run_dir) / FINAL_EVAL_PROBLEMS_FILE
     if not path.is_file():
         return None
@@ -233,6 +241,9 @@ def read_eval_problems(run_dir: str | Path) -> list[dict[str, Any]] | None:
         scores = row.get("scores") if isinstance(row, dict) else None
         if not isinstance(scores, list) or not scores or not all(_is_number(v) for v in scores):
             raise MetricsFileError(f"{path}:{number}: expected an object with a non-empty list of numbers 'scores'")
+        sampled = row.get("sampled", [0])
+        if not isinstance(sampled, list) or not sampled or not all(_is_number(v) for v in sampled):
+            raise MetricsFileError(f"{path}:{number}: 'sampled', where present, must be a non-empty list of numbers")
         rows.append(row)
     return rows
 

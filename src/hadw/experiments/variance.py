@@ -37,13 +37,17 @@ def bucket_rows(rows: Sequence[dict], bucket: str) -> list[dict]:
 
 
 def problem_means(log: RunLog, key: str) -> tuple[list, np.ndarray] | str:
-    """(problem ids, [m] per-problem mean scores) of the bucket of final key `key`, or why there are none. Used only
-    when they reproduce the run's final value (their mean = final_eval.json's, to 1e-9): so never for pass@k, nor
-    for a metric the file was not written for (its one evaluation is the final greedy one)."""
+    """(problem ids, [m] per-problem mean scores) of the bucket of final key `key`, or why there are none: the greedy
+    scores for greedy, the k sampled ones (data.eval_samples) for avg@k. Used only when they reproduce the run's
+    final value (their mean = final_eval.json's, to 1e-9): so never for pass@k."""
     if log.problems is None:
         return f"{log.arm} seed {log.seed} has no {M.FINAL_EVAL_PROBLEMS_FILE} (a run made before hadw kept one)"
-    rows = bucket_rows(log.problems, M.split_val_key(key)[0])
-    means = np.array([float(np.mean(r["scores"])) for r in rows])
+    bucket, metric = M.split_val_key(key)
+    field = "scores" if metric == M.GREEDY else "sampled"
+    rows = bucket_rows(log.problems, bucket)
+    if field == "sampled" and not all(field in r for r in rows):
+        return f"{log.arm} seed {log.seed}: its per-problem results have no sampled scores (data.eval_samples=0)"
+    means = np.array([float(np.mean(r[field])) for r in rows])
     if not rows or abs(means.mean() - log.final[key]) > 1e-9:
         return f"{log.arm} seed {log.seed}: its per-problem results do not reproduce {key}"
     ids = [r.get("uid", r.get("index")) for r in rows]

@@ -143,6 +143,7 @@ def validate(cfg: Config) -> None:
     _range("logging.sample_every", cfg.logging.sample_every, 0, 1 << 30)
     _range("logging.num_samples", cfg.logging.num_samples, 0, 1 << 20)
     _range("data.eval_size", cfg.data.eval_size, 0, 1 << 30)
+    _range("data.eval_samples", cfg.data.eval_samples, 0, 1 << 16)
     _range("data.max_prompt_tokens", cfg.data.max_prompt_tokens, 0, 1 << 30)
     if cfg.data.limit is not None:
         _range("data.limit", cfg.data.limit, 1, 1 << 40)

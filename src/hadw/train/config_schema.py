@@ -125,6 +125,10 @@ class DataConfig:
     limit: int | None = None  # use only the first N rows of a file source
     eval_source: str = ""  # evaluation prompts; empty = held-out items of `source`
     eval_size: int = 200  # evaluation prompts per periodic evaluation (0 = none; with a model.path: 100)
+    # Sampled answers per evaluation problem besides the greedy one, at rollout.temperature / top_p (verl's
+    # val_kwargs.n): 0 = greedy only; k adds avg@k and pass@k, and the final per-problem file keeps the k scores
+    # (avg@k varies less than greedy from run to run: `hadw compare` can then split its variance too).
+    eval_samples: int = 0
     # Longest prompt (in tokens) a file row may have; longer rows are skipped and counted, so one huge
     # row cannot blow up memory. 0 = the model's context (max_position_embeddings) - rollout.max_new_tokens;
     # never above the context (evaluation refuses a longer prompt).

@@ -71,15 +71,16 @@ class MetricsLogger:
             self._samples.write(dumps({"step": step, **sample}) + "\n")
         self._samples.flush()
 
-    def log_final_eval(self, summary: dict[str, dict[str, float]], report=None) -> None:
+    def log_final_eval(self, summary: dict[str, dict[str, float]], report=None, sampled=None) -> None:
         """The final evaluation, {bucket: {metric: value}}, to final_eval.json (atomically) and the trackers.
 
-        report: the hadw.eval.evaluate.EvalReport it was made from (None: no held-out problems); its per-problem
-        scores go to final_eval_problems.jsonl (hadw.metrics.eval_problem_rows), written before final_eval.json
-        so that a finished run (compare: final_eval.json) never lacks them."""
+        report: the greedy hadw.eval.evaluate.EvalReport it was made from (None: no held-out problems); sampled:
+        the k-sample one (data.eval_samples), or None. Their per-problem scores go to final_eval_problems.jsonl
+        (hadw.metrics.eval_problem_rows), written before final_eval.json so that a finished run (compare:
+        final_eval.json) never lacks them."""
         problems = self.run_dir / FINAL_EVAL_PROBLEMS_FILE
         if report is not None:
-            rows = eval_problem_rows(report.correct, report.problems)
+            rows = eval_problem_rows(report.correct, report.problems, sampled.correct if sampled else None)
             atomic_write_text(problems, "".join(dumps(r, separators=(",", ":")) + "\n" for r in rows))
         else:  # a file left by an earlier evaluation must not pass for this one's
             problems.unlink(missing_ok=True)

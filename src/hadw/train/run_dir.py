@@ -191,6 +191,7 @@ RESUME_FREE_KEYS = (
     "train.eval_every",
     "train.eval_greedy",
     "data.eval_size",
+    "data.eval_samples",
     "data.eval_source",
     "data.data_dir",
     "model.device",

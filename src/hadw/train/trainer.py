@@ -477,35 +477,50 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
 
     # ------------------------------------------------------------------------------------ loop
     def evaluate(self, final: bool = False) -> dict[str, dict[str, float]]:
-        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor); {} when there are
-        none (data.eval_size=0, or a file too small to hold any out). final: the last one, with a progress
-        counter of its own (problems), since it can take as long as several steps."""
-        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
+        """Greedy accuracy on the fixed evaluation prompts (never touches the anchor), and avg@k / pass@k of k sampled
+        answers a problem when data.eval_samples = k; {} when there are none (data.eval_size=0, or a file too small
+        to hold any out). final: the last one, with a progress counter of its own (problems), since it can take as
+        long as several steps."""
         problems = self.source.eval_problems()
-        self.last_eval_report = None  # the EvalReport behind the summary: its per-problem scores (log_final_eval)
+        self.last_eval_reports = (None, None)  # greedy, sampled EvalReports: their per-problem scores (log_final_eval)
         if not problems:
             return {}
         self._phase("evaluating")
+        k = self.cfg.data.eval_samples
+        passes = 2 if k else 1
         show = self.cfg.logging.progress
-        counter = Bar(len(problems), "final evaluation", mode=show, unit="problem") if final else None
+        counter = Bar(passes * len(problems), "final evaluation", mode=show, unit="problem") if final else None
+        greedy = self._evaluate_once(problems, 1, 0.0, counter)
+        sampled = self._evaluate_once(problems, k, self.cfg.rollout.temperature, counter) if k else None
+        if counter is not None:
+            counter.close()
+        self.last_eval_reports = (greedy, sampled)
+        self.eval_failure = greedy.reward_failure or (sampled.reward_failure if sampled else None)
+        summary = {bucket: dict(row) for bucket, row in greedy.summary.items()}
+        for bucket, row in (sampled.summary if sampled else {}).items():  # avg@k, pass@k beside greedy
+            summary.setdefault(bucket, {}).update({m: v for m, v in row.items() if m != M.COUNT})
+        return summary
+
+    def _evaluate_once(self, problems, k: int, temperature: float, counter):
+        """One pass over the evaluation problems: k answers each at `temperature` (greedy: 1 at 0)."""
+        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
         with self.autocast():
-            report = evaluate(
+            return evaluate(
                 self.model,
                 self.tokenizer,
                 problems,
                 self.cfg.data.template,
                 RewardRecipe.from_config(asdict(self.cfg.reward)),
-                temperature=0.0,
+                k=k,
+                temperature=temperature,
+                top_p=self.cfg.rollout.top_p if temperature > 0 else 1.0,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
+                seed=self.cfg.train.seed if temperature > 0 else 0,  # greedy: as before the sampled pass existed
                 engine=self.engine,
                 use_chat_template=chat,
+                pass_ks=(k,) if k > 1 else (),
                 progress=counter.update if counter is not None else None,
             )
-        self.last_eval_report = report
-        if counter is not None:
-            counter.close()
-        self.eval_failure = report.reward_failure
-        return report.summary
 
     def _phase(self, phase: str) -> None:
         """Name what the step is doing on the progress line (generating, scoring, updating, evaluating, saving)."""
@@ -564,7 +579,7 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
                 if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.train.steps:
                     self.checkpoint(done)
             final_eval = self.evaluate(final=True)
-            self.logger.log_final_eval(final_eval, self.last_eval_report)
+            self.logger.log_final_eval(final_eval, *self.last_eval_reports)
             self._lock.check()
             if cfg.train.steps > self.start_step:
                 self.checkpoint(cfg.train.steps)
