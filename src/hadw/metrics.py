@@ -206,10 +206,11 @@ def eval_problem_rows(
     """One row per evaluated problem, in evaluation order: {"index", "uid", "source", "level", "scores"}, and
     "sampled" when the evaluation also sampled k answers a problem (data.eval_samples).
 
-    correct: [num_problems][1] greedy scores (hadw.eval.evaluate.EvalReport.correct); sampled: [num_problems][k]
-    scores at the sampling temperature, or None; problems: the num_problems hadw.data.Problem objects. A
-    whole-number score is written as an int (0 / 1: the file stays small enough to commit, ~60 bytes a problem); the
-    mean of `scores` over every row is the bucket "all" of the summary, that of `sampled` its avg@k."""
+    correct: [num_problems][n] scores (hadw.eval.evaluate.EvalReport.correct; the trainer's greedy pass: n = 1);
+    sampled: [num_problems][k] scores at the sampling temperature, or None; problems: the num_problems
+    hadw.data.Problem objects. A whole-number score is written as an int (0 / 1: the file stays small enough to
+    commit, ~60 bytes a problem); the mean of `scores` over every row is the bucket "all" of the summary, that of
+    `sampled` its avg@k."""
     for what, rows in (("score", correct), ("sampled", sampled or correct)):
         if len(rows) != len(problems):
             raise ValueError(f"eval_problem_rows: {len(rows)} {what} rows for {len(problems)} problems")
