@@ -26,22 +26,8 @@ def _declared(key: str) -> bool:
     return key == "step" or key in DECLARED or any(p.fullmatch(key) for p in PATTERNS)
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("contract")
-    model = build_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, seed=0)  # fmt: skip
-    cfg = load_config(None, [
-        f"model.path={model}", "data.source=task:addition", "data.template=plain", "data.chat_template=never",
-        "data.eval_size=8", "rollout.group_size=4", "rollout.max_new_tokens=4", "train.prompts_per_step=4",
-        "train.mini_batch_prompts=2", "train.steps=2", "train.eval_every=1", f"train.output_dir={root / 'run'}",
-        "hadw.enabled=true", "logging.progress=false", "train.num_threads=1", "algorithm.kl_coef=0.01",
-    ])  # fmt: skip
-    Trainer(cfg).train()
-    return root / "run"
-
-
 def _run_with(root, name: str, *sets: str):
+    """A 2-step run of a tiny model on `addition` (8 held-out problems, an evaluation every step) with `sets`."""
     model = build_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
                              intermediate_size=64, seed=0)  # fmt: skip
     cfg = load_config(None, [
@@ -52,6 +38,11 @@ def _run_with(root, name: str, *sets: str):
     ])  # fmt: skip
     Trainer(cfg).train()
     return root / name
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    return _run_with(tmp_path_factory.mktemp("contract"), "run", "hadw.enabled=true", "algorithm.kl_coef=0.01")
 
 
 def test_sampled_evaluation_adds_avg_and_pass_at_k_and_keeps_greedy_as_it_was(tmp_path):

@@ -429,19 +429,20 @@ def _execute(specs, launcher: str, options, out: Path, workers: int) -> list[dic
 
     if launcher == "local":
         bar = _bar(len(specs), f"runs ({workers} at a time)", "run")
-        to_train = [sum(cmp.run_status(spec.run_dir) != "finished" for spec in specs)]
-        warned: list[str] = []
+        to_train = sum(cmp.run_status(spec.run_dir) != "finished" for spec in specs)
+        warned = False
 
         def done(result: dict) -> None:
+            nonlocal to_train, warned
             bar.update(1, last=f"{result['arm']}/{result['seed']}")
-            if result["status"] in ("trained", "resumed"):
-                to_train[0] -= 1
-                # said once, when it first holds: what a finished run left × the runs still to train > free space
-                run_dir = cmp.run_dir_for(out, result["arm"], result["seed"])
-                line = None if warned else cmp.disk_warning(run_dir, to_train[0])
-                if line:
-                    warned.append(line)
-                    typer.echo(line, err=True)
+            if result["status"] not in ("trained", "resumed"):
+                return
+            to_train -= 1
+            # said once, when it first holds: what a finished run left × the runs still to train > free space
+            line = None if warned else cmp.disk_warning(cmp.run_dir_for(out, result["arm"], result["seed"]), to_train)
+            if line:
+                warned = True
+                typer.echo(line, err=True)
 
         try:  # a signal stops the sweep (jobs = 1: SignalStop, exit 128 + its number)
             return cmp.run_all(specs, workers, done)
