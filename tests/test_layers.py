@@ -1,6 +1,6 @@
 """The floors of the house: a module never imports a higher floor (docs/library.md).
 
-    core, theory, data (+ the floor-0 helpers)  <  rewards, rollout  <  eval  <  train  <  experiments, sim
+    core, theory, data (+ the floor-0 helpers)  <  rewards, rollout, integrations  <  eval  <  train  <  experiments, sim
     integrations import core only;  every `cli` module is the top floor.
 
 Every import in src/hadw is checked, including those inside functions (lazy imports are still dependencies).
@@ -28,7 +28,7 @@ FLOORS = {
     "train": 3,
     "experiments": 4,
     "sim": 4,
-    "integrations": 5,
+    "integrations": 1,  # the TRL / verl adapters: core (and the floor-0 helpers) only; the engines import them
     "cli": 6,
 }
 

@@ -158,10 +158,11 @@ def run_status(run_dir: Path) -> str:
     """ "finished" | "resume" (has a checkpoint folder: the resume itself checks it, and refuses an unusable
     one in one line rather than training over it) | "new"."""
     from hadw.train.checkpoint import checkpoint_dirs
+    from hadw.train.engines.trl_launch import trl_checkpoints
 
     if is_finished(run_dir):
         return "finished"
-    return "resume" if checkpoint_dirs(run_dir) else "new"
+    return "resume" if checkpoint_dirs(run_dir) or trl_checkpoints(run_dir) else "new"
 
 
 def folder_bytes(path: Path) -> int:
@@ -234,7 +235,7 @@ def execute_run(spec: RunSpec) -> dict:
         if status == "new":  # a run killed before its first checkpoint: its partial logs are stale
             _remove_stale_logs(spec.run_dir)
         from hadw.safe_files import open_append
-        from hadw.train.trainer import Trainer
+        from hadw.train.engines import train_run
 
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         with (
@@ -242,7 +243,7 @@ def execute_run(spec: RunSpec) -> dict:
             contextlib.redirect_stdout(log),
             contextlib.redirect_stderr(log),
         ):
-            Trainer(cfg, resume=status == "resume").train(progress=False)
+            train_run(cfg, resume=status == "resume", progress=False)
         return {
             "arm": spec.arm,
             "seed": spec.seed,

@@ -29,7 +29,17 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from hadw.core import ANCHORS, DEFAULT_LAMBDA, Anchor, HADWOptions, anchor_parameters, apply_hadw
+from hadw import metrics as M
+from hadw.core import (
+    ADVANTAGE_ESTIMATORS,
+    ANCHORS,
+    DEFAULT_LAMBDA,
+    Anchor,
+    HADWOptions,
+    anchor_parameters,
+    apply_hadw,
+    compute_advantages,
+)
 from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
 
 logger = logging.getLogger(__name__)
@@ -85,6 +95,18 @@ class HADWGRPOConfig(GRPOConfig):
     hadw_correctness_threshold: float = field(
         default=0.5, metadata={"help": "A response is correct when its correctness reward is > this."}
     )
+    hadw_advantage: str | None = field(
+        default=None,
+        metadata={
+            "help": "None: TRL's own group advantage (scale_rewards, multi_objective_aggregation). An estimator of "
+            "hadw.core.ADVANTAGE_ESTIMATORS (grpo, drgrpo, rloo, ...): Â recomputed from TRL's weighted total reward "
+            "with hadw's estimator, as the native trainer computes it (what `hadw train engine=trl` sets)."
+        },
+    )
+    hadw_advantage_std: str = field(
+        default="population",
+        metadata={"help": "hadw_advantage set: the group std it divides by, population (ddof 0) | sample (ddof 1)."},
+    )
     hadw_normalize: str = field(
         default="none",
         metadata={
@@ -95,6 +117,12 @@ class HADWGRPOConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.hadw_advantage is not None and self.hadw_advantage not in ADVANTAGE_ESTIMATORS:
+            allowed = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+            raise ValueError(f"HADWGRPOConfig.hadw_advantage={self.hadw_advantage!r}; allowed: None, {allowed}")
+        if self.hadw_advantage_std not in ("population", "sample"):
+            std = self.hadw_advantage_std
+            raise ValueError(f"HADWGRPOConfig.hadw_advantage_std={std!r}; allowed: population, sample")
         if self.hadw_anchor not in ANCHORS:
             raise ValueError(f"HADWGRPOConfig.hadw_anchor={self.hadw_anchor!r}; allowed: {', '.join(ANCHORS)}")
         try:
@@ -182,7 +210,14 @@ class HADWGRPOTrainer(GRPOTrainer):
         # TRL lays the gathered batch out as consecutive groups of num_generations (rewards.view(-1, G)),
         # and every rank holds an equal, contiguous slice of it.
         group_ids = torch.arange(correct.numel(), device=correct.device) // self.num_generations
-        advantages = self.accelerator.gather(local_advantages)
+        if self.args.hadw_advantage is None:
+            advantages = self.accelerator.gather(local_advantages)
+        else:  # hadw's estimator on TRL's total (sum_then_normalize's weighted sum), as the native trainer computes Â
+            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+            total = (rewards_per_func * weights).nansum(dim=1)  # [N_global]
+            advantages = compute_advantages(
+                total, group_ids, self.args.hadw_advantage, std=self.args.hadw_advantage_std
+            ).advantages.to(local_advantages.dtype)
         opts = self.hadw_options
         keys = self._hadw_keys(inputs) if self.hadw_anchor.needs_keys else None
         result = apply_hadw(
@@ -191,6 +226,9 @@ class HADWGRPOTrainer(GRPOTrainer):
 
         for name, value in result.metrics.items():
             self._metrics["train"][name].append(value)
+        final = result.advantages  # [N_global] what is trained on
+        for name, value in ((M.ADV_MEAN, final.mean()), (M.ADV_MAX, final.max()), (M.ADV_MIN, final.min())):
+            self._metrics["train"][name].append(float(value))
         # The completions table was filled with Â; show what is trained on instead.
         logged = self._logs["advantages"]
         for _ in range(min(len(logged), advantages.numel())):

@@ -51,17 +51,21 @@ def train(
         from hadw.train.config_docs import show_config as render
 
         typer.echo(render(cfg), nl=False)
+        if cfg.engine == "trl":  # and what TRL is given: the GRPOConfig fields hadw sets
+            from hadw.train.engines.trl_args import show
+
+            typer.echo(show(cfg, Path(cfg.train.output_dir).absolute()), nl=False)
         return
     # after the config: a mistake in it is one line without transformers (tests/test_cli_startup.py)
-    from hadw.train.trainer import NonFiniteLossError, Trainer
+    from hadw.train.engines import train_run
+    from hadw.train.trainer import NonFiniteLossError
 
     _quiet_transformers()
     from hadw.train.model_defaults import start_line
 
     typer.echo(start_line(cfg))  # the first line: what it trains, its recipe and warm start, before anything slow
     try:
-        trainer = Trainer(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
-        result = trainer.train()
+        result = train_run(cfg, resume=resume, overwrite=overwrite, accept_changes=accept_changes)
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None

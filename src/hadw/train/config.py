@@ -39,6 +39,7 @@ from hadw.train.config_schema import (
     RolloutConfig,
     TinyModelConfig,
     TrainConfig,
+    TRLEngineConfig,
     _serialisable,
 )
 from hadw.train.config_yaml import _expected, _load_yaml, _override, _value_at, parse_yaml
@@ -58,6 +59,7 @@ __all__ = [
     "OptimConfig",
     "RewardConfig",
     "RolloutConfig",
+    "TRLEngineConfig",
     "TinyModelConfig",
     "TrainConfig",
     "config_to_yaml",
@@ -190,6 +192,9 @@ def config_to_yaml(cfg: Config) -> str:
     for key in inert_keys(cfg):
         section, name = key.split(".")
         tree[section].pop(name, None)
+    if cfg.engine == "native":  # a native run's config.yaml reads as before the engine key (and hashes the same)
+        tree.pop("engine")
+        tree.pop("trl")
     return OmegaConf.to_yaml(tree)
 
 

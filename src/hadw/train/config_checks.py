@@ -64,6 +64,7 @@ def validate(cfg: Config) -> None:
     from hadw.rollout.precision import COMPUTE_DTYPES
 
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
+    _choice("engine", cfg.engine, ("native", "trl"))
     if cfg.model.dtype != "float32":
         raise ConfigError(
             f"model.dtype={cfg.model.dtype!r} would train {cfg.model.dtype} weights directly (AdamW updates below "
@@ -183,6 +184,11 @@ def validate(cfg: Config) -> None:
             )
     for i, name in enumerate(rw.functions):
         _check_reward(f"reward.functions[{i}]", name, name in rw.isolated)
+    if cfg.engine == "trl":  # its own rules in the one table of TRL spellings (imports TRL only for trl.extra)
+        from hadw.train.engines.trl_args import check_extra, check_trl
+
+        check_trl(cfg)
+        check_extra(cfg.trl.extra)
 
 
 def _check_data(data: DataConfig) -> None:

@@ -332,7 +332,34 @@ class CheckpointConfig:
 
 
 @dataclass
+class TRLEngineConfig:
+    """`engine: trl`: what TRL (accelerate, DeepSpeed / FSDP, vLLM) needs that has no native spelling. Every shared
+    key (model, data, reward, rollout, algorithm, hadw, optim, train, logging, checkpoint) keeps its meaning and is
+    mapped to TRL's GRPOConfig in one table (hadw.train.engines.trl_args; `hadw train --show-config` prints the
+    result). The run folder, its evaluation and `hadw eval` / `plot` / `compare` are hadw's either way."""
+
+    # Training processes (GPUs, or gloo ranks on a CPU), launched by accelerate; 1 = one process, no launcher.
+    num_processes: int = 1
+    # accelerate's config: empty = plain data parallel (DDP); a YAML file of yours; or one of TRL's shipped names
+    # multi_gpu | zero1 | zero2 | zero3 | fsdp1 | fsdp2 (trl/accelerate_configs/), as `trl grpo --accelerate_config`.
+    accelerate_config: str = ""
+    # Further `accelerate launch` flags, passed as given (multi-node: --num_machines 2 --machine_rank 0
+    # --main_process_ip HOST --main_process_port 29500).
+    launch_args: list[str] = field(default_factory=list)
+    # Rollouts with vLLM: none (transformers' generate) | colocate (vLLM in every training process, weights synced
+    # after each optimiser step; needs a GPU) | server (a `trl vllm-serve` you started; host and port in trl.extra).
+    vllm: str = "none"
+    vllm_gpu_memory_utilization: float = 0.3  # colocate: the share of each GPU vLLM may take (TRL's default)
+    # Any other GRPOConfig field, as TRL spells it (e.g. {vllm_server_host: 10.0.0.2, ddp_timeout: 3600}); checked
+    # against GRPOConfig at load: an unknown name, or one hadw already sets from its own key, is refused in one line.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
+    # Who trains: native (hadw's own trainer: one process, one device) | trl (TRL's GRPOTrainer with hadw's HA-DW,
+    # launched through accelerate: several GPUs, DeepSpeed / FSDP, vLLM; the `trl` section).
+    engine: str = "native"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -343,6 +370,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    trl: TRLEngineConfig = field(default_factory=TRLEngineConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(_serialisable(self))

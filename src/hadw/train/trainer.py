@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,10 @@ from hadw.core.anchors import ANCHOR_KEY_COLUMN
 from hadw.core.shaping import overlong_penalty
 from hadw.data import Problem, render_prompt
 from hadw.errors import UserError
-from hadw.eval.evaluate import evaluate
 from hadw.eval.memory import peak_memory_metrics
 from hadw.eval.run_recipe import RUN_PATH_KEYS, write_run_paths
 from hadw.progress import Bar
-from hadw.rewards import RewardRecipe, RewardSpec, resolve_reward, score_problems
+from hadw.rewards import RewardSpec, resolve_reward, score_problems
 from hadw.rewards.base import FailureWatch
 from hadw.rewards.loader import RewardState
 from hadw.rollout import HFRolloutEngine, RolloutBatch, SamplingParams, compute_logprobs
@@ -47,6 +46,7 @@ from hadw.train.checkpoint import (
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
 from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
 from hadw.train.final_save import FinalSaves
+from hadw.train.held_out import evaluate_held_out
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.policy_setup import PolicySetup, _check_master_weights, make_optimizer, warmup_lambda
 from hadw.train.prompts import PromptSource
@@ -486,41 +486,23 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         if not problems:
             return {}
         self._phase("evaluating")
-        k = self.cfg.data.eval_samples
-        passes = 2 if k else 1
+        passes = 2 if self.cfg.data.eval_samples else 1
         show = self.cfg.logging.progress
         counter = Bar(passes * len(problems), "final evaluation", mode=show, unit="problem") if final else None
-        greedy = self._evaluate_once(problems, 1, 0.0, counter)
-        sampled = self._evaluate_once(problems, k, self.cfg.rollout.temperature, counter) if k else None
+        summary, greedy, sampled = evaluate_held_out(
+            self.model,
+            self.tokenizer,
+            self.cfg,
+            problems,
+            self.engine,
+            self.autocast,
+            counter.update if counter is not None else None,
+        )
         if counter is not None:
             counter.close()
         self.last_eval_reports = (greedy, sampled)
         self.eval_failure = greedy.reward_failure or (sampled.reward_failure if sampled else None)
-        summary = {bucket: dict(row) for bucket, row in greedy.summary.items()}
-        for bucket, row in (sampled.summary if sampled else {}).items():  # avg@k, pass@k beside greedy
-            summary.setdefault(bucket, {}).update({m: v for m, v in row.items() if m != M.COUNT})
         return summary
-
-    def _evaluate_once(self, problems, k: int, temperature: float, counter):
-        """One pass over the evaluation problems: k answers each at `temperature` (greedy: 1 at 0)."""
-        chat = {"auto": "auto", "always": True, "never": False}[self.cfg.data.chat_template]
-        with self.autocast():
-            return evaluate(
-                self.model,
-                self.tokenizer,
-                problems,
-                self.cfg.data.template,
-                RewardRecipe.from_config(asdict(self.cfg.reward)),
-                k=k,
-                temperature=temperature,
-                top_p=self.cfg.rollout.top_p if temperature > 0 else 1.0,
-                max_new_tokens=self.cfg.rollout.max_new_tokens,
-                seed=self.cfg.train.seed if temperature > 0 else 0,  # greedy: as before the sampled pass existed
-                engine=self.engine,
-                use_chat_template=chat,
-                pass_ks=(k,) if k > 1 else (),
-                progress=counter.update if counter is not None else None,
-            )
 
     def _phase(self, phase: str) -> None:
         """Name what the step is doing on the progress line (generating, scoring, updating, evaluating, saving)."""
