@@ -1,7 +1,7 @@
 """The floors of the house: a module never imports a higher floor (docs/library.md).
 
-    core, theory, data (+ the floor-0 helpers)  <  rewards, rollout, integrations  <  eval  <  train  <  experiments, sim
-    integrations import core only;  every `cli` module is the top floor.
+    core, theory, data (+ floor-0 helpers)  <  rewards, rollout, integrations  <  eval  <  train  <  experiments, sim
+    integrations (the TRL / verl adapters) import core only; every `cli` module is the top floor.
 
 Every import in src/hadw is checked, including those inside functions (lazy imports are still dependencies).
 And no import circle, inside a floor too: a module never imports, through any chain, a module that imports it
