@@ -142,7 +142,8 @@ def grpo_kwargs(cfg: Config, run_dir: Path) -> dict[str, Any]:
         "top_p": r.top_p,
         "top_k": r.top_k,
         "learning_rate": o.lr,
-        "lr_scheduler_type": "constant_with_warmup",  # hadw's schedule: linear warm-up, then constant
+        # linear warm-up, then constant; the worker puts the native trainer's own in (its first step is not at lr 0)
+        "lr_scheduler_type": "constant_with_warmup",
         "warmup_steps": o.warmup_steps,
         "weight_decay": o.weight_decay,
         "adam_beta1": o.betas[0],

@@ -272,6 +272,7 @@ def train(run_dir: Path, resume_from: str | None) -> int:
         peft_config=peft_config,
     )
     callback.trainer = trainer
+    _native_schedule(trainer, cfg.optim.warmup_steps)
 
     def on_signal(signum, frame):
         callback.stop_signal = signum
@@ -289,6 +290,22 @@ def train(run_dir: Path, resume_from: str | None) -> int:
         if logger is not None:
             logger.close()
     return 0
+
+
+def _native_schedule(trainer, warmup_steps: int) -> None:
+    """The native trainer's learning-rate schedule (linear warm-up from 1/warmup_steps of lr, then constant) in place of
+    transformers' constant_with_warmup, whose first step has lr 0: the two engines step alike from the first step."""
+    import torch
+
+    from hadw.train.policy_setup import warmup_lambda
+
+    def create_scheduler(num_training_steps: int, optimizer=None):
+        if trainer.lr_scheduler is None:
+            optimizer = optimizer or trainer.optimizer
+            trainer.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lambda(warmup_steps))
+        return trainer.lr_scheduler
+
+    trainer.create_scheduler = create_scheduler
 
 
 def _finish(cfg, run_dir: Path, trainer, tokenizer, logger, eval_problems: list) -> None:
