@@ -240,3 +240,15 @@ def test_a_cluster_task_gets_one_slot_a_trl_process(tmp_path):
     refused = _hadw(*base, *trl, "--gpus-per-run", "1", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "allowed: --gpus-per-run >= 2" in refused.stderr
     assert "#SBATCH --gpus-per-node=2" in _hadw(*base, *trl, "--gpus-per-run", "2", cwd=tmp_path).stdout
+
+
+def test_a_run_that_cannot_start_says_so_before_anything_is_written(tmp_path):
+    """A missing model folder or accelerate config is one line (exit 2), and the run folder is not created."""
+    run = tmp_path / "run"
+    for bad, expected in [
+        (["model.path=no/such/model_folder"], "model.path=no/such/model_folder: no such folder"),
+        (["trl.accelerate_config=zero9.yaml"], "trl.accelerate_config='zero9.yaml': no such file; allowed: a YAML"),
+    ]:
+        out = _hadw("train", "engine=trl", *bad, f"train.output_dir={run}", cwd=tmp_path, check=False)
+        assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert not run.exists()

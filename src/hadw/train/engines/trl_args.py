@@ -74,6 +74,14 @@ def check_trl(cfg: Config) -> None:
         raise ConfigError(f"trl.vllm={t.vllm!r} is not allowed; allowed values: {', '.join(VLLM_MODES)}")
     if not 0 < t.vllm_gpu_memory_utilization <= 1:
         raise ConfigError(f"trl.vllm_gpu_memory_utilization={t.vllm_gpu_memory_utilization}: allowed: (0, 1]")
+    if t.accelerate_config and t.accelerate_config not in SHIPPED_ACCELERATE_CONFIGS:
+        from pathlib import Path
+
+        if not Path(t.accelerate_config).is_file():
+            allowed = ", ".join(SHIPPED_ACCELERATE_CONFIGS)
+            raise ConfigError(
+                f"trl.accelerate_config={t.accelerate_config!r}: no such file; allowed: a YAML file or one of {allowed}"
+            )
     if not all(isinstance(a, str) for a in t.launch_args):
         raise ConfigError(f"trl.launch_args={t.launch_args!r}: allowed: a list of strings (accelerate launch flags)")
     for key, (allowed, why) in NATIVE_ONLY.items():

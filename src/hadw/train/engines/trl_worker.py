@@ -40,6 +40,13 @@ def start_model(cfg) -> str:
     from hadw.train.model_defaults import shipped_warm_start
 
     if cfg.model.path:
+        from hadw.rollout.models import is_hub_id
+
+        path = Path(cfg.model.path)
+        if not path.exists() and not is_hub_id(cfg.model.path):
+            raise ConfigError(f"model.path={cfg.model.path}: no such folder")
+        if path.exists() and not (path / "config.json").is_file():
+            raise ConfigError(f"model.path={cfg.model.path}: not a model folder (no config.json)")
         return cfg.model.path
     shipped = shipped_warm_start(cfg)
     if shipped is None:
