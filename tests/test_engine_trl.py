@@ -43,6 +43,7 @@ def test_native_config_yaml_is_as_before_the_engine_key():
         (["engine=trl", "algorithm.overlong=penalty"], "algorithm.overlong='penalty' is not supported"),
         (["engine=trl", "trl.vllm=remote"], "trl.vllm='remote' is not allowed; allowed values: none, colocate, server"),
         (["engine=trl", "trl.num_processes=0"], "trl.num_processes=0"),
+        (["engine=trl", "trl.accelerate_config=zero3", "train.eval_every=5"], "allowed: train.eval_every=0"),
         (["engine=trl", "trl.num_processes=3"], "must split evenly over trl.num_processes=3"),
         (["engine=trl", "trl.extra={vllm_server_hots: x}"], "did you mean 'vllm_server_host'?"),
         (["engine=trl", "trl.extra={learning_rate: 0.1}"], "trl.extra.learning_rate is set by hadw from its own key"),

@@ -46,8 +46,13 @@ RUN_ENTRIES = (
 )
 RUN_PATTERNS = ("checkpoint-*", ".tmp-checkpoint-*", ".final_model.tmp*")
 MAX_STEP = 10**12  # far past any run; a larger "step" is a hand-edited log (a float cannot even hold 400 digits)
+# engine=trl's workers to `hadw train`: stopped by a signal at a checkpoint (its number); rank 0's one-line error
+TRL_STOPPED_FILE, TRL_ERROR_FILE = ".trl-stopped", ".trl-error"
 # Every name a run writes to (or through): a symbolic link at any of them is refused before anything is written.
-WRITTEN_NAMES = (*RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, FINAL_EVAL_PROBLEMS_FILE, "wandb_id", "warm_start_model")
+WRITTEN_NAMES = (
+    *RUN_ENTRIES, LOCK_FILE, FINAL_EVAL_FILE, FINAL_EVAL_PROBLEMS_FILE, "wandb_id", "warm_start_model",
+    TRL_STOPPED_FILE, TRL_ERROR_FILE,
+)  # fmt: skip
 
 
 def is_run_file(path: Path) -> bool:

@@ -82,6 +82,11 @@ def check_trl(cfg: Config) -> None:
             raise ConfigError(
                 f"trl.accelerate_config={t.accelerate_config!r}: no such file; allowed: a YAML file or one of {allowed}"
             )
+    if t.accelerate_config == "zero3" and cfg.train.eval_every:  # ZeRO-3 shards the weights rank 0 would sample with
+        raise ConfigError(
+            "train.eval_every with trl.accelerate_config=zero3: the periodic evaluation samples on rank 0 alone; "
+            "allowed: train.eval_every=0 (the final evaluation reads the gathered final_model/)"
+        )
     if not all(isinstance(a, str) for a in t.launch_args):
         raise ConfigError(f"trl.launch_args={t.launch_args!r}: allowed: a list of strings (accelerate launch flags)")
     for key, (allowed, why) in NATIVE_ONLY.items():

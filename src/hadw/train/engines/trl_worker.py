@@ -24,10 +24,11 @@ from typing import Any
 
 from hadw import metrics as M
 from hadw.errors import SignalStop, UserError
+from hadw.metrics import TRL_ERROR_FILE as ERROR_FILE  # rank 0's one-line error: the parent shows it once
+from hadw.metrics import TRL_STOPPED_FILE as STOPPED_FILE  # stopped by a signal, at a checkpoint
+from hadw.safe_files import atomic_write_text, open_append
 
-STOPPED_FILE = ".trl-stopped"  # the worker's word to the parent: stopped by a signal at a checkpoint (its text)
 MODEL_CARD = "---\nlibrary_name"  # how TRL's model card (README.md, beside the checkpoints) begins
-ERROR_FILE = ".trl-error"  # rank 0's one-line user error, which the parent shows (once, not once a rank)
 
 
 def is_main() -> bool:
@@ -244,7 +245,7 @@ def train(run_dir: Path, resume_from: str | None) -> int:
         if is_main():
             print(f"warning: {line} (later errors are counted in reward/errors, reward/timeouts)", file=sys.stderr)
             record = {"step": rewards.step + 1, "reward": name, "kind": error.kind, "message": error.message}
-            with (run_dir / REWARD_ERRORS_FILE).open("a", encoding="utf-8") as f:
+            with open_append(run_dir / REWARD_ERRORS_FILE) as f:  # never through a planted link
                 f.write(M.dumps(record | {"row": row}) + "\n")
 
     stats: dict[str, Any] = {}
@@ -290,7 +291,7 @@ def train(run_dir: Path, resume_from: str | None) -> int:
         trainer.train(resume_from_checkpoint=resume_from)
         if callback.stop_signal is not None:
             if is_main():
-                (run_dir / STOPPED_FILE).write_text(f"{callback.stop_signal}\n", encoding="utf-8")
+                atomic_write_text(run_dir / STOPPED_FILE, f"{callback.stop_signal}\n")
             return 128 + callback.stop_signal
         _finish(cfg, run_dir, trainer, tokenizer, logger, eval_problems)
     finally:
@@ -355,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     except SignalStop as err:
         return 128 + err.signum
     except UserError as err:  # one line, from rank 0 only (every rank meets the same error); the parent shows it
-        from hadw.safe_files import atomic_write_text
-
         line = " ".join(str(err).split()) or type(err).__name__
         if is_main():
             atomic_write_text(run_dir / ERROR_FILE, line + "\n")
