@@ -84,8 +84,8 @@ def _known_keys(cls: type, prefix: str = "") -> list[str]:
 
 # Keys that existed once: say what replaced them instead of "unknown key".
 REMOVED_KEYS = {
-    "rollout.engine": "the native trainer samples with transformers (CPU / one GPU); for vLLM rollouts use the "
-    "TRL script examples/trl/math_grpo_hadw.py (use_vllm, colocate) or the verl scripts in examples/verl/",
+    "rollout.engine": "the native trainer samples with transformers (CPU / one GPU); for vLLM rollouts train with "
+    "engine=trl trl.vllm=colocate (docs/trl.md) or the verl scripts in examples/verl/",
     "train.eval_greedy": "evaluation during training is always greedy; drop the key",
 }
 
