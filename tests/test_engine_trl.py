@@ -253,4 +253,3 @@ def test_a_run_that_cannot_start_says_so_before_anything_is_written(tmp_path):
         out = _hadw("train", "engine=trl", *bad, f"train.output_dir={run}", cwd=tmp_path, check=False)
         assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert not run.exists()
-

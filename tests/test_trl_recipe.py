@@ -11,8 +11,8 @@ from conftest import REPO_ROOT
 
 pytest.importorskip("trl")
 
-from hadw.train.config import load_config  # noqa: E402
-from hadw.train.engines.trl_args import batch_layout, grpo_kwargs  # noqa: E402
+from hadw.train.config import load_config
+from hadw.train.engines.trl_args import batch_layout, grpo_kwargs
 
 PAPER = REPO_ROOT / "examples" / "math_grpo_hadw.yaml"
 README_LINE = ["engine=trl", "trl.num_processes=8", "trl.accelerate_config=zero2", "trl.vllm=colocate"]
