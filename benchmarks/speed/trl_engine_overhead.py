@@ -7,8 +7,10 @@ Three sides, run in turn (bare, engine=trl, native, bare, ...) so machine load h
   - `hadw train ... engine=trl`: the same, through hadw's worker (its reward call with timeouts and error counting,
     hadw's estimator on TRL's total, the run-folder callback, metrics.jsonl);
   - `hadw train ...` (native).
-Both TRL sides are timed by transformers' own `train_runtime` (the training loop, the final checkpoint included);
-the native side by the sum of its steps' timing_s/step. HA-DW off on all three (the engine, not HA-DW, is measured:
+Both TRL sides are timed by transformers' own `train_runtime` (wall time of the training loop, the final checkpoint
+included), the native side by the sum of its steps' timing_s/step; and every side by the CPU time of its whole
+command (start-up, imports and model load included; robust to other jobs on a shared machine). HA-DW off on all
+three (the engine, not HA-DW, is measured:
 benchmarks/trl_overhead.md measures HA-DW inside TRL). Reported: the ratio engine=trl / bare per round
 (min / median / max; target ≤ 1.1) and native / bare.
 
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,6 +36,9 @@ sys.path.insert(0, str(HERE.parent))  # the benchmarks' shared helpers (bench_re
 from bench_report import add_report_option, report  # noqa: E402
 
 RECIPE = HERE.parent / "tiny_testbed" / "recipe.yaml"
+# offline, and one thread a side for every pool (torch's intra-op threads, OpenMP, MKL): no side uses the other core
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+       "MKL_NUM_THREADS": "1"}  # fmt: skip
 RUNTIME = re.compile(r"'train_runtime': '?([0-9.]+)")
 
 
@@ -71,8 +77,16 @@ def bare(steps: int, out: Path) -> float:
     return float(trainer.train().metrics["train_runtime"])
 
 
+def _cpu_of(run, *args) -> tuple[float, float]:
+    """(what `run(*args)` returns, the CPU seconds of the processes it started and waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    value = run(*args)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return value, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def _hadw(steps: int, out: Path, engine: str) -> float:
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = os.environ | ENV
     hadw = str(Path(sys.executable).parent / "hadw")
     command = [hadw, "train", str(RECIPE), f"engine={engine}", *_overrides(steps, out)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -83,7 +97,7 @@ def _hadw(steps: int, out: Path, engine: str) -> float:
 
 
 def _bare_in_a_process(steps: int, out: Path) -> float:
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = os.environ | ENV
     command = [sys.executable, __file__, "--child", str(out), "--steps", str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     return float(done.stdout.strip().splitlines()[-1])
@@ -102,22 +116,27 @@ def measure(args: argparse.Namespace) -> None:
     print(f"recipe: {RECIPE.relative_to(HERE.parent.parent)} with {_overrides(args.steps, Path('OUT'))[:-1]}; "
           "HA-DW off; 1 torch thread a side; one process each (engine=trl: trl.num_processes=1)")  # fmt: skip
     times: dict[str, list[float]] = {"bare": [], "trl": [], "native": []}
+    cpu: dict[str, list[float]] = {side: [] for side in times}
     with tempfile.TemporaryDirectory(prefix="hadw-trl-overhead-") as tmp:
         for r in range(args.rounds):
             for side in times:
                 out = Path(tmp) / f"{side}-{r}"
-                seconds = _bare_in_a_process(args.steps, out) if side == "bare" else _hadw(args.steps, out, side)
+                run = (_bare_in_a_process, args.steps, out) if side == "bare" else (_hadw, args.steps, out, side)
+                seconds, cpu_s = _cpu_of(*run)
                 times[side].append(seconds)
-            t = {side: v[-1] for side, v in times.items()}
-            print(f"round {r}: s a run (train loop)  bare TRL {t['bare']:.2f}  engine=trl {t['trl']:.2f}  "
-                  f"native {t['native']:.2f}  engine=trl / bare x{t['trl'] / t['bare']:.3f}")  # fmt: skip
-    ratio = [a / b for a, b in zip(times["trl"], times["bare"], strict=True)]
-    native = [a / b for a, b in zip(times["native"], times["bare"], strict=True)]
+                cpu[side].append(cpu_s)
+            t, c = ({side: v[-1] for side, v in d.items()} for d in (times, cpu))
+            print(
+                f"round {r}: train loop s  bare TRL {t['bare']:.2f}  engine=trl {t['trl']:.2f}  native "
+                f"{t['native']:.2f} | whole command CPU s  {c['bare']:.1f}  {c['trl']:.1f}  {c['native']:.1f}"
+            )
     print(f"\nmin / median / max over {args.rounds} rounds of {args.steps} rollout batches:")
-    for side, values in times.items():
-        print(f"  {side:<7} s a run  {_spread(values)}")
-    print(f"  engine=trl / bare TRL  x{_spread(ratio)}   (target <= 1.1)")
-    print(f"  native / bare TRL      x{_spread(native)}")
+    for side in times:
+        print(f"  {side:<7} train loop s  {_spread(times[side])}   whole command CPU s  {_spread(cpu[side])}")
+    for name, values in (("train loop (wall)", times), ("whole command (CPU)", cpu)):
+        ratio = [a / b for a, b in zip(values["trl"], values["bare"], strict=True)]
+        native = [a / b for a, b in zip(values["native"], values["bare"], strict=True)]
+        print(f"  {name}: engine=trl / bare TRL x{_spread(ratio)} (target <= 1.1); native / bare x{_spread(native)}")
 
 
 def main() -> None:
