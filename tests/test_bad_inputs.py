@@ -509,6 +509,9 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     dup_rows = [json.dumps({"problem": f"{i}+1", "answer": "2", "id": u}) + "\n" for i, u in enumerate(ids)]
     m["dup_ids.jsonl"] = _write(d / "dup_ids.jsonl", "".join(dup_rows))
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1"}]
+    m["compare_small"] = (
+        f"model.path={files['model']},train.steps=1,train.prompts_per_step=2,train.mini_batch_prompts=1"
+    )
     m["chat_rows.jsonl"] = _write(d / "chat_rows.jsonl", json.dumps({"prompt": chat, "answer": "2"}) + "\n")
     # issue 35: NaN / Infinity answers (JSON literals, a parquet float column), keys given twice, empty answers
     m["nan_answer.jsonl"] = _write(d / "nan_answer.jsonl", '{"problem": "1+1", "answer": NaN}\n' * 4)
@@ -1242,6 +1245,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "one-line",
     ),
     ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
+    # issue 49: trained every run, then found no avg@4 to compare (a wasted sweep)
+    (
+        "compare_metric_avg4_without_eval_samples",
+        ["compare", "-a", "g:{compare_small}", "--seeds", "0", "--metric", "avg@4", "-o", "{dir}/c10"],
+        ["--metric avg@4", "data.eval_samples=0", "--set data.eval_samples=4"],
+        "one-line",
+    ),
     # --- issue 39: --cpus-per-run nan was a traceback, 1e9 was blamed on train.num_threads
     *[
         (

@@ -317,7 +317,7 @@ def compare_cmd(
             raise typer.BadParameter(str(err), param_hint="'--arm'") from None
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
-        _check_configs(specs)
+        _check_configs(specs, metric)
         if dry_run:
             _print_dry_run(specs, launcher, launch_options, out, workers)
             return
@@ -563,9 +563,10 @@ def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min
     )
 
 
-def _check_configs(specs) -> None:
+def _check_configs(specs, metrics=()) -> None:
     """Every run's config (base, --set, the arm's overrides) loads, before any run starts: a typo is one
     line naming the arm, not one traceback per run followed by an error about --out."""
+    from hadw.experiments.compare import check_final_metrics
     from hadw.train.config import ConfigError, load_config
 
     checked: set[tuple] = set()
@@ -575,9 +576,13 @@ def _check_configs(specs) -> None:
             continue
         checked.add(key)
         try:
-            load_config(spec.config_path, list(spec.overrides))
+            cfg = load_config(spec.config_path, list(spec.overrides))
         except ConfigError as err:
             raise ConfigError(f"arm {spec.arm!r} (--config / --set / --arm): {err}") from None
+        try:  # issue 49: before any run trains, not after all of them
+            check_final_metrics(cfg, metrics, spec.arm)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--metric'") from None
 
 
 def demo(
