@@ -193,3 +193,25 @@ def test_remembering_replaces_a_world_writable_trust_file_with_one_of_yours(tmp_
     assert "world-writable" in capsys.readouterr().err
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [e["spec"] for e in json.loads(path.read_text())["rewards"]] == ["mine_rw:f"]  # the planted entry gone
+
+
+def test_a_recipe_beside_your_reward_resumes_while_the_module_is_the_one_you_ran(tmp_path, monkeypatch):
+    """A config resumed is a run's: its reward must be trusted. Your own recipe beside your module (the common
+    layout) resumes, since naming it recorded its hash; the same module changed since is refused."""
+    from hadw.train.config import ConfigError, load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "own_rw.py").write_text(GOOD)
+    (project / "recipe.yaml").write_text("train:\n  output_dir: runs/a\nreward:\n  functions: ['own_rw:f']\n")
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    assert load_config("recipe.yaml").reward.correctness == "own_rw:f"  # you named it: remembered
+    (project / "runs" / "a").mkdir(parents=True)
+    (project / "runs" / "a" / "metrics.jsonl").write_text('{"step": 0}\n')
+    assert load_config("recipe.yaml", resume=True).reward.correctness == "own_rw:f"
+    (project / "own_rw.py").write_text(GOOD + "# changed\n")
+    with pytest.raises(ConfigError, match=r"reward 'own_rw:f' .* is not one you have run on this machine"):
+        load_config("recipe.yaml", resume=True)
+    sys.modules.pop("own_rw", None)

@@ -241,19 +241,24 @@ def reward_specs(reward: object) -> list[str]:
 
 
 def guard_config(
-    reward: object, config_path: Path | None, given_on_command_line: set[str], as_run: bool | None = None
+    reward: object,
+    config_path: Path | None,
+    given_on_command_line: set[str],
+    as_run: bool | None = None,
+    run_dir: Path | None = None,
 ) -> None:
     """Before a config's rewards are imported: every import path is checked against the standard library; one read
     from a run's config, and not given again on the command line, must be trusted (check_saved), and is then
     imported from the folder it was found in (never from the config's own folder). The others you named: remembered
     (after they import). as_run: the config is a run's (hadw.train.config.load_config: resumed, or training into
-    its own folder); None: when its folder holds run files (is_run_config)."""
+    its own folder); None: when its folder holds run files (is_run_config). run_dir: the run folder, whose modules
+    are never imported (default: the config's folder)."""
     saved = config_path is not None and (is_run_config(config_path) if as_run is None else as_run)
     overridden = {"reward", "reward.functions", "reward.correctness", "reward.isolated"} & given_on_command_line
     for spec in reward_specs(reward):
         refuse_standard_library(spec)
         if saved and not overridden:
-            folder = check_saved(spec, config_path.parent, str(config_path))  # type: ignore[union-attr]
+            folder = check_saved(spec, run_dir or config_path.parent, str(config_path))  # type: ignore[union-attr]
             if folder is not None:
                 import_from(spec, folder)
 

@@ -152,9 +152,13 @@ def load_config(
         check_resume_target(cfg.train.output_dir, config_file, run_config, "train.output_dir" in typed)
     # A config is a run's (data, wherever it sits) when it is resumed or trains into its own folder, not only when
     # the folder already holds run files: `cd RECV && hadw train config.yaml --resume` imported RECV/myrw.py.
-    as_run = config_file is not None and (run_config or resume or _trains_in_own_folder(cfg, config_file))
+    own = config_file is not None and (run_config or _trains_in_own_folder(cfg, config_file))
+    as_run = own or (config_file is not None and resume)
+    # the run folder, never imported from: the config's own one, or the one a recipe elsewhere resumes (a recipe
+    # beside your reward module resumes as long as the module is the one you ran: check_saved's hash)
+    run_dir = config_file.absolute().parent if own else Path(cfg.train.output_dir)  # type: ignore[union-attr]
     try:  # a run folder's config is data: checked before any reward module is imported
-        trust.guard_config(cfg.reward, config_file, typed, as_run)
+        trust.guard_config(cfg.reward, config_file, typed, as_run, run_dir)
     except trust.RewardTrustError as err:
         raise ConfigError(str(err)) from None
     validate(cfg)
