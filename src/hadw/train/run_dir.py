@@ -143,11 +143,15 @@ def move_aside(run_dir: Path) -> Path:
     return aside
 
 
+def check_flags(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+
+
 def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple[RunLock, Path | None]:
     """Create and lock run_dir; refuse to reuse a run without resume / overwrite. Returns (lock, the
     folder the old run was moved to or None)."""
-    if resume and overwrite:
-        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+    check_flags(resume, overwrite)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
