@@ -192,8 +192,34 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.02, help="pack: the pre-registered equivalence margin")
     args = parser.parse_args()
     if args.what == "pack":
+        needed = {"--out": args.out, "--baseline": args.baseline, "--treatment": args.treatment}
+        needed |= {"--table": args.table, "--testbed": args.testbed}
+        missing = [name for name, value in needed.items() if not value]
+        if missing:  # else a TypeError traceback from deep in pack (--table: iterating None)
+            _fail(f"pack needs {', '.join(missing)} (see --help)")
         pack(args)
+    _check_raw(args.raw)
     rebuild(args.raw)  # with the tables() of the script the raw file names
+
+
+def _fail(message: str) -> None:
+    """One line on stderr, exit 2: a wrong argument or raw file is not a bug of the script (no traceback)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_raw(raw: Path) -> None:
+    """The raw file must be the JSON object `pack` writes (naming its tables); else one line naming it."""
+    try:
+        data = json.loads(raw.read_text(encoding="utf-8"))
+    except OSError as err:
+        _fail(f"--raw {raw}: cannot read it ({err.strerror})")
+    except (UnicodeDecodeError, ValueError) as err:
+        _fail(f"--raw {raw}: not JSON ({type(err).__name__}: {str(err).splitlines()[0][:120]}); allowed: a raw file "
+              "`pack` wrote")  # fmt: skip
+    else:
+        if not isinstance(data, dict) or not isinstance(data.get("tables"), list):
+            _fail(f"--raw {raw}: not a raw file `pack` wrote (no 'tables' list)")
 
 
 if __name__ == "__main__":

@@ -503,6 +503,16 @@ def mx(files, tmp_path_factory) -> dict[str, Path | str]:
     m["null_answer.jsonl"] = _write(d / "null_answer.jsonl", json.dumps({"problem": "1+1", "answer": None}) + "\n")
     m["two_answers.jsonl"] = _write(d / "two_answers.jsonl", json.dumps({"problem": "1+1", "answer": [1, 2]}) + "\n")
     m["data.csv"] = _write(d / "data.csv", "problem,answer\n1+1,2\n")
+    # issue 49: rows sharing an id (per-problem pairing across runs went wrong), and chat turns before the question
+    # that no chat template renders (the system turn vanished)
+    ids = ["a", "b", "a", "c"]
+    dup_rows = [json.dumps({"problem": f"{i}+1", "answer": "2", "id": u}) + "\n" for i, u in enumerate(ids)]
+    m["dup_ids.jsonl"] = _write(d / "dup_ids.jsonl", "".join(dup_rows))
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1"}]
+    m["compare_small"] = (
+        f"model.path={files['model']},train.steps=1,train.prompts_per_step=2,train.mini_batch_prompts=1"
+    )
+    m["chat_rows.jsonl"] = _write(d / "chat_rows.jsonl", json.dumps({"prompt": chat, "answer": "2"}) + "\n")
     # issue 35: NaN / Infinity answers (JSON literals, a parquet float column), keys given twice, empty answers
     m["nan_answer.jsonl"] = _write(d / "nan_answer.jsonl", '{"problem": "1+1", "answer": NaN}\n' * 4)
     m["inf_answer.jsonl"] = _write(d / "inf_answer.jsonl", '{"q": "1+1", "a": [-Infinity]}\n' * 4)
@@ -1235,6 +1245,13 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "one-line",
     ),
     ("compare_seeds_text", ["compare", "-a", "g:", "--seeds", "x", "-o", "{dir}/c9"], ["--seeds"], "one-line"),
+    # issue 49: trained every run, then found no avg@4 to compare (a wasted sweep)
+    (
+        "compare_metric_avg4_without_eval_samples",
+        ["compare", "-a", "g:{compare_small}", "--seeds", "0", "--metric", "avg@4", "-o", "{dir}/c10"],
+        ["--metric avg@4", "data.eval_samples=0", "--set data.eval_samples=4"],
+        "one-line",
+    ),
     # --- issue 39: --cpus-per-run nan was a traceback, 1e9 was blamed on train.num_threads
     *[
         (
@@ -1308,6 +1325,43 @@ MATRIX: list[tuple[str, list[str], list[str], str]] = [
         "compare_out_below_a_file",
         ["compare", "-a", "g:", "--seeds", "0", "-o", "{model_file}/cmp"],
         ["model_file"],
+        "one-line",
+    ),
+    # --- issue 49: nothing of the prompt dropped silently, unique problem ids
+    (
+        "train_system_prompt_without_chat_template",
+        T("data.system_prompt=Be brief."),
+        ["data.system_prompt", "1 chat turn(s) before its question (system", "data.chat_template=never"],
+        "one-line",
+    ),
+    (
+        "train_chat_rows_under_the_plain_template",
+        T(
+            "data.source={chat_rows.jsonl}",
+            "data.fields.prompt=prompt",
+            "data.fields.answer=answer",
+            "data.template=plain",
+            "data.chat_template=auto",
+        ),
+        ["chat_rows.jsonl:1", "(system: data.system_prompt", "data.template=plain is used without the chat template"],
+        "one-line",
+    ),
+    (
+        "eval_system_prompt_without_chat_template",
+        ["eval", "{model}", "-d", "task:sums", "--limit", "2", "--system-prompt", "Be brief.", "--max-new-tokens", "2"],
+        ["data.system_prompt / --system-prompt", "no chat template"],
+        "one-line",
+    ),
+    (
+        "train_duplicate_ids",
+        T("data.source={dup_ids.jsonl}"),
+        ["dup_ids.jsonl:3", "id 'a'", "dup_ids.jsonl:1"],
+        "one-line",
+    ),
+    (
+        "eval_duplicate_ids",
+        ["eval", "{model}", "-d", "{dup_ids.jsonl}", "--max-new-tokens", "2"],
+        ["dup_ids.jsonl:3", "is also the id of", "distinct id per row"],
         "one-line",
     ),
     # --- demo

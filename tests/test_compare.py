@@ -508,3 +508,18 @@ def test_compare_says_once_when_the_runs_still_to_train_will_not_fit_on_disk(tmp
     warnings = [ln for ln in result.output.splitlines() if ln.startswith("disk: ")]
     assert len(warnings) == 1 and "the 1 runs still to train" in warnings[0], result.output
     assert str(out / "grpo" / "seed0") in warnings[0]
+
+
+def test_a_metric_the_final_evaluation_never_computes_is_refused_before_any_run():
+    """Issue 49, finding 7: `--metric avg@4` without data.eval_samples trained every run, then compared nothing."""
+    from hadw.experiments.compare import check_final_metrics
+    from hadw.train.config import load_config
+
+    four = load_config(None, ["data.eval_samples=4"])
+    check_final_metrics(four, ["greedy", "avg@4", "pass@4"], "g")  # what it computes: accepted
+    for metric in ("avg@8", "pass@2"):
+        with pytest.raises(ValueError, match=rf"--metric {metric} .*data.eval_samples=4.*allowed: --metric greedy / "
+                                             r"avg@4 / pass@4"):  # fmt: skip
+            check_final_metrics(four, [metric], "g")
+    with pytest.raises(ValueError, match=r"arm 'h': --metric pass@1 .*allowed: --metric greedy / avg@1, or"):
+        check_final_metrics(load_config(None, ["data.eval_samples=1"]), ["pass@1"], "h")

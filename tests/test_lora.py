@@ -222,3 +222,82 @@ def test_an_adapter_refuses_another_model_at_its_base_path(tmp_path):
         load_model(run / "final_model")
     with pytest.raises(CheckpointError, match="is not the one the LoRA adapter"):
         Trainer(load_config(None, _overrides(base, run, "train.steps=3", "checkpoint.every=1")), resume=True)
+
+
+def _middle_tensor_bytes(path):
+    """(start, end) of the largest tensor of the weights file whose bytes lie past the first and before the last MiB
+    (what the first fingerprint read); the largest: a weight matrix, not a bias of zeros."""
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    spans = [(8 + length + v["data_offsets"][0], 8 + length + v["data_offsets"][1])
+             for k, v in header.items() if k != "__metadata__"]  # fmt: skip
+    inside = [(low, high) for low, high in spans if low > 1 << 20 and len(raw) - high > 1 << 20]
+    assert inside, "the tiny base is too small for this test"
+    return max(inside, key=lambda span: span[1] - span[0])
+
+
+def test_the_base_check_cannot_be_dodged(tmp_path):
+    """Issue 49, finding 4: deleting hadw_base_model.json, or making it a link, skipped the check; a base whose
+    weights differ only in the middle of the file passed (only the first and last MiB were read)."""
+    import shutil
+
+    from hadw.rollout import build_tiny_model
+    from hadw.rollout.lora import BASE_RECORD, _edge_fingerprint, base_fingerprint, check_base
+    from hadw.rollout.models import ModelNotFoundError
+    from hadw.train.checkpoint import CheckpointError
+
+    base = build_tiny_model(tmp_path / "base", seed=0, hidden_size=128, num_layers=4, intermediate_size=512)
+    run = tmp_path / "run"
+    Trainer(load_config(None, _overrides(base, run, "train.steps=1", "checkpoint.every=1"))).train()
+    adapter = run / "final_model"
+    record = json.loads((adapter / BASE_RECORD).read_text())
+    assert record["fingerprint"] == base_fingerprint(base) and record["fingerprint"].startswith("v2:")
+
+    # the same base, other weights in the middle of its file (same size, same header, same first and last MiB)
+    original = tmp_path / "original"
+    shutil.copytree(base, original)
+    weights = base / "model.safetensors"
+    low, high = _middle_tensor_bytes(weights)
+    raw = bytearray(weights.read_bytes())
+    raw[low:high] = (torch.frombuffer(bytes(raw[low:high]), dtype=torch.float32) * 1.5).numpy().tobytes()
+    weights.write_bytes(bytes(raw))
+    assert _edge_fingerprint(base) == _edge_fingerprint(original)  # what the old check saw: the same
+    with pytest.raises(ModelNotFoundError, match="is not the one the LoRA adapter .* was trained on"):
+        load_model(adapter)
+    shutil.rmtree(base)
+    shutil.copytree(original, base)
+    load_model(adapter)  # the right base: loads
+
+    # the record made a link, then deleted: refused in eval and on --resume, never skipped
+    (adapter / BASE_RECORD).rename(tmp_path / "record.json")
+    (adapter / BASE_RECORD).symlink_to(tmp_path / "record.json")
+    with pytest.raises(ModelNotFoundError, match=rf"{BASE_RECORD} is a link, not the record hadw writes"):
+        load_model(adapter)
+    (adapter / BASE_RECORD).unlink()
+    with pytest.raises(ModelNotFoundError, match=rf"has no {BASE_RECORD}, so the base model at .* cannot be checked"):
+        load_model(adapter)
+    checkpoint_model = run / "checkpoint-000001" / "model"
+    (checkpoint_model / BASE_RECORD).unlink()
+    with pytest.raises(CheckpointError, match=rf"has no {BASE_RECORD}"):
+        Trainer(load_config(None, _overrides(base, run, "train.steps=2", "checkpoint.every=1")), resume=True)
+
+    # an adapter from elsewhere (no run around it) has no record: used, with a warning naming the risk
+    elsewhere = tmp_path / "downloaded"
+    shutil.copytree(adapter, elsewhere)
+    with pytest.warns(UserWarning, match="another model there would be merged into silently"):
+        check_base(elsewhere, base, required=False)
+
+
+def test_a_record_of_the_first_fingerprint_is_still_checked_as_written(tmp_path):
+    from hadw.rollout import build_tiny_model
+    from hadw.rollout.lora import BASE_RECORD, _edge_fingerprint, check_base
+
+    shape = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    base = build_tiny_model(tmp_path / "base", seed=0, **shape)
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / BASE_RECORD).write_text(json.dumps({"fingerprint": _edge_fingerprint(base)}))
+    check_base(tmp_path / "adapter", base)  # an older run's record: still matches its base
+    other = build_tiny_model(tmp_path / "other", seed=1, **shape)
+    with pytest.raises(ValueError, match="is not the one the LoRA adapter"):
+        check_base(tmp_path / "adapter", other)

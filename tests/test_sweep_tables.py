@@ -139,3 +139,31 @@ def test_lr_arms_that_learn_more_hand_the_control_to_the_g_rule(tmp_path):
     rule = tiny_testbed_pilot.tables(raw)["tiny_pilot_rule"].splitlines()
     assert "a smaller lr did not learn less; the rule's lr025 is not run" in rule[2]
     assert "pilot 2 adds g6" in rule[3]  # G = 7 cost less than half a point: the rule asks for G = 6
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["rebuild", "--raw", "{tmp}/not_json.raw.json"], "not_json.raw.json: not JSON (JSONDecodeError"),
+        (["rebuild", "--raw", "{tmp}/list.raw.json"], "list.raw.json: not a raw file `pack` wrote"),
+        (["rebuild", "--raw", "{tmp}/absent.raw.json"], "absent.raw.json: cannot read it (No such file"),
+        (
+            ["pack", "--raw", "{tmp}/x.raw.json", "--out", "{tmp}", "--baseline", "a", "--treatment", "b"],
+            "error: pack needs --table, --testbed",
+        ),
+    ],
+    ids=["not_json", "not_an_object", "absent", "pack_without_table"],
+)
+def test_a_bad_raw_file_or_a_missing_pack_option_is_one_line(tmp_path, args, needle):
+    """Issue 49, finding 7: a raw file that is not JSON, and pack without --table, were tracebacks."""
+    import subprocess
+
+    (tmp_path / "not_json.raw.json").write_text("{ not json")
+    (tmp_path / "list.raw.json").write_text("[1, 2]")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "sweep_tables.py"), *argv], capture_output=True, text=True, timeout=120
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], done.stderr
+    assert not (tmp_path / "x.raw.json").exists()

@@ -242,3 +242,18 @@ def test_a_malformed_manifest_is_one_line_naming_it(tmp_path, monkeypatch, manif
     monkeypatch.setattr(W, "MANIFEST", path)
     with pytest.raises(W.WarmStartError, match="manifest.json: not a usable warm-start manifest"):
         W.get(W.DEMO_WARM_START)
+
+
+def test_a_shipped_start_that_is_a_link_is_refused_naming_the_link(tmp_path, monkeypatch):
+    """Issue 49, finding 8: a start folder that is a symlink was reported as missing."""
+    shipped = tmp_path / "warm_starts"
+    shutil.copytree(W.SHIPPED_DIR, shipped)
+    monkeypatch.setattr(W, "SHIPPED_DIR", shipped)
+    folder = shipped / W.DEMO_WARM_START
+    folder.rename(tmp_path / "elsewhere")
+    folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(W.WarmStartError, match=rf"{folder} is a link \(to {tmp_path / 'elsewhere'}\), not a folder"):
+        W.resolve(W.DEMO_WARM_START)
+    folder.unlink()
+    with pytest.raises(W.WarmStartError, match=rf"{folder} is missing"):  # really missing: still said so
+        W.resolve(W.DEMO_WARM_START)

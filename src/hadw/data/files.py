@@ -18,6 +18,7 @@ from hadw.data.layouts import (
     Layout,
     SourceFloat,
     check_answers,
+    check_unique_ids,
     detect_layout,
     get_layout,
     row_to_problem,
@@ -210,6 +211,7 @@ def load_dataset_file(
             raise DatasetError(f"{where}: {e}") from None
     if fields is not None:
         check_answers(problems, fields, str(path))
+        check_unique_ids(problems, fields, str(path))
     return problems
 
 

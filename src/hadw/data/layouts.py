@@ -325,6 +325,21 @@ def check_answers(problems: Sequence[Problem], fields: FieldMap, name: str) -> N
     )
 
 
+def check_unique_ids(problems: Sequence[Problem], fields: FieldMap, name: str) -> None:
+    """DatasetError naming both rows when two problems share a uid: per-problem results (final_eval_problems.jsonl,
+    hadw compare's pairing across runs) are keyed by it, so a repeated id paired the wrong problems silently."""
+    seen: dict[str, Problem] = {}
+    for p in problems:
+        first = seen.setdefault(p.uid, p)
+        if first is not p:
+            by = f"field {fields.uid!r}" if fields.uid else "the row index"
+            earlier = first.where or "an earlier row"
+            raise DatasetError(
+                f"{p.where or name}: id {p.uid.partition(':')[2]!r} ({by}) is also the id of {earlier}; allowed: a "
+                "distinct id per row (per-problem results are paired by it): fix or drop the repeated row"
+            )
+
+
 def user_fields(prompt: str, answer: str, level: str | None = None, uid: str | None = None) -> FieldMap:
     """The FieldMap of a user's own field names (dotted paths). Lenient conversions: the answer may be a
     string, a number or a one-item list; a level "Level 3" becomes 3, other values are kept."""

@@ -34,6 +34,7 @@ from hadw.data.layouts import (
     FieldError,
     FieldMap,
     check_answers,
+    check_unique_ids,
     detect_layout,
     get_layout,
     row_to_problem,
@@ -142,6 +143,7 @@ def problems_from_rows(
             raise DatasetError(f"{where}: {e}") from None
     if fieldmap is not None:
         check_answers(problems, fieldmap, source)
+        check_unique_ids(problems, fieldmap, source)
     return problems
 
 

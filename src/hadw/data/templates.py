@@ -87,12 +87,35 @@ def render_prompt(
         use_chat = has_chat_template(tokenizer) and template != "plain"
     else:
         use_chat = use_chat_template
+    context = list(problem.context) if isinstance(problem, Problem) else []  # system and earlier turns, as given
     if not use_chat:
+        if isinstance(problem, Problem) and problem.context:  # the text alone drops them (data.system_prompt did)
+            raise PromptTurnsError(_dropped_turns(problem, template, tokenizer, use_chat_template))
         return text
     if not has_chat_template(tokenizer):
         raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
-    context = list(problem.context) if isinstance(problem, Problem) else []  # system and earlier turns, as given
     return apply_chat_template(tokenizer, [*context, {"role": "user", "content": text}])
+
+
+class PromptTurnsError(UserError):
+    """A prompt with chat turns before its question (a system prompt, a row's earlier turns) that no chat template
+    renders: one line naming the keys, never the question alone."""
+
+
+def _dropped_turns(problem: Problem, template: str, tokenizer: Any, use_chat_template: bool | str) -> str:
+    roles = ", ".join(str(m.get("role", "?")) for m in problem.context)
+    if use_chat_template is False:
+        why = "data.chat_template=never (--chat-template never)"
+    elif not has_chat_template(tokenizer):
+        why = "the model's tokenizer has no chat template"
+    else:
+        why = f"data.template={template} is used without the chat template under data.chat_template=auto"
+    return (
+        f"{problem.where or problem.uid}: the prompt has {len(problem.context)} chat turn(s) before its question "
+        f"({roles}: data.system_prompt / --system-prompt, or the row's own turns) and no chat template renders "
+        f"them ({why}); they would be dropped. Allowed: a model with a chat template, data.chat_template=auto or "
+        "always and a template other than plain; or no data.system_prompt and single-turn rows"
+    )
 
 
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:

@@ -317,9 +317,12 @@ def compare_cmd(
             raise typer.BadParameter(str(err), param_hint="'--arm'") from None
         if config is not None and not config.is_file():
             raise typer.BadParameter(f"config file not found: {config}", param_hint="'--config'")
-        slots = _check_configs(specs)
-        if launch_options is not None and slots > 1:
-            _engine_slots(launch_options, slots)
+        slots = _check_configs(specs, metric)
+        if launch_options is not None and slots > 1:  # engine=trl: a task of trl.num_processes GPUs (or CPUs)
+            try:
+                cmp.engine_slots(launch_options, slots)
+            except ValueError as err:
+                raise typer.BadParameter(str(err), param_hint="'--gpus-per-run'") from None
         if dry_run:
             _print_dry_run(specs, launcher, launch_options, out, workers)
             return
@@ -565,10 +568,11 @@ def _launch_options(launcher, jobs, cpus, gpus, ray_address, partition, time_min
     )
 
 
-def _check_configs(specs) -> int:
-    """Every run's config (base, --set, the arm's overrides) loads, before any run starts: a typo is one
-    line naming the arm, not one traceback per run followed by an error about --out. Returns the most processes a
-    run has (engine=trl: trl.num_processes; else 1)."""
+def _check_configs(specs, metrics=()) -> int:
+    """Every run's config (base, --set, the arm's overrides) loads, and computes the --metric asked for, before any
+    run starts: a typo is one line naming the arm, not one traceback per run followed by an error about --out.
+    Returns the most processes a run has (engine=trl: trl.num_processes; else 1)."""
+    from hadw.experiments.compare import check_final_metrics
     from hadw.train.config import ConfigError, load_config
 
     slots = 1  # the most processes one run is (engine=trl: trl.num_processes)
@@ -582,21 +586,12 @@ def _check_configs(specs) -> int:
             cfg = load_config(spec.config_path, list(spec.overrides))
         except ConfigError as err:
             raise ConfigError(f"arm {spec.arm!r} (--config / --set / --arm): {err}") from None
+        try:  # issue 49: before any run trains, not after all of them
+            check_final_metrics(cfg, metrics, spec.arm)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--metric'") from None
         slots = max(slots, cfg.trl.num_processes if cfg.engine == "trl" else 1)
     return slots
-
-
-def _engine_slots(options, slots: int) -> None:
-    """engine=trl runs of `slots` processes: a Ray task / Slurm job gets that many GPUs where GPUs are asked for (fewer
-    is refused in one line), else that many CPUs (gloo ranks)."""
-    if not options.gpus_per_run:
-        options.cpus_per_run = max(options.cpus_per_run, slots)
-    elif options.gpus_per_run < slots:
-        raise typer.BadParameter(
-            f"{options.gpus_per_run:g} GPU(s) a run, but trl.num_processes={slots}: each process needs one; allowed: "
-            f"--gpus-per-run >= {slots}",
-            param_hint="'--gpus-per-run'",
-        )
 
 
 def demo(

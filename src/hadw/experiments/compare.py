@@ -150,6 +150,22 @@ def plan_runs(
     return specs
 
 
+def check_final_metrics(cfg, metrics: Sequence[str], arm: str) -> None:
+    """ValueError in one line when a --metric is one the arm's final evaluation never computes: avg@K / pass@K need
+    data.eval_samples=K (the trainer samples K answers a problem; pass@K only for K > 1). Checked before any run
+    trains: `--metric avg@4` without data.eval_samples trained every run, then found no avg@4 to compare."""
+    k = cfg.data.eval_samples
+    made = [M.GREEDY] + ([M.avg_at(k)] if k >= 1 else []) + ([M.pass_at(k)] if k > 1 else [])
+    for name in metrics:
+        sampled = re.fullmatch(r"(avg|pass)@(\d+)", name)
+        if sampled and name not in made:
+            raise ValueError(
+                f"arm {arm!r}: --metric {name} is not computed by its final evaluation (data.eval_samples={k}); "
+                f"allowed: --metric {' / '.join(made)}, or --set data.eval_samples={sampled.group(2)} to sample "
+                f"{sampled.group(2)} answers a problem"
+            )
+
+
 def is_finished(run_dir: Path) -> bool:
     return (run_dir / "final_model").is_dir() and (run_dir / M.FINAL_EVAL_FILE).is_file()
 
@@ -163,6 +179,18 @@ def run_status(run_dir: Path) -> str:
     if is_finished(run_dir):
         return "finished"
     return "resume" if checkpoint_dirs(run_dir) or trl_checkpoints(run_dir) else "new"
+
+
+def engine_slots(options, slots: int) -> None:
+    """engine=trl runs of `slots` processes: a Ray task / Slurm job (RayOptions / SlurmOptions, changed in place) gets
+    that many GPUs where GPUs are asked for (fewer: ValueError), else that many CPUs (gloo ranks)."""
+    if not options.gpus_per_run:
+        options.cpus_per_run = max(options.cpus_per_run, slots)
+    elif options.gpus_per_run < slots:
+        raise ValueError(
+            f"{options.gpus_per_run:g} GPU(s) a run, but trl.num_processes={slots}: each process needs one; allowed: "
+            f"--gpus-per-run >= {slots}"
+        )
 
 
 def folder_bytes(path: Path) -> int:

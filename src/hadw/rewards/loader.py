@@ -103,15 +103,25 @@ class ImportPathCall:
 
     spec: str
     folder: str
+    sha256: str = ""  # of the module files this process ran: the pool process runs them only with these bytes
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         with contextlib.suppress(Exception):
-            _import(self.spec, self.folder)  # cached: the calls find it loaded (or raise the import's error)
+            _import(self.spec, self.folder, self.sha256)  # cached: the calls find it loaded (or raise its error)
 
     def __call__(self, *args: Any) -> list[object]:
         """_trl_call's arguments after the function: (completions, prompts, columns, completion_format, extra)."""
-        return _trl_call(_import(self.spec, self.folder), *args)
+        return _trl_call(_import(self.spec, self.folder, self.sha256), *args)
+
+
+@dataclass(frozen=True)
+class ImportPathItem(ImportPathCall):
+    """An isolated per-item import-path reward as the pool calls it, f(completion, answer): imported in the pool
+    process as ImportPathCall imports it (the bytes this process checked and ran), never by pickle's own import."""
+
+    def __call__(self, *args: Any) -> Any:  # type: ignore[override]
+        return _import(self.spec, self.folder, self.sha256)(*args)
 
 
 @dataclass(frozen=True)
@@ -155,12 +165,77 @@ class TRLReward:
         return self.run(completions, answers).scores
 
 
+class _SourceBytesLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the source bytes it was given (those the trust check hashed), never a __pycache__ file: Python
+    would run a planted .pyc whose header matches the .py's mtime and size, not the .py that was read."""
+
+    def __init__(self, fullname: str, path: str, data: bytes):
+        super().__init__(fullname, path)
+        self._data = data
+
+    def path_stats(self, path: str) -> Mapping[str, Any]:
+        raise OSError("no bytecode cache")  # SourceLoader.get_code then neither reads nor writes one
+
+    def get_data(self, path: str) -> bytes:
+        if path == self.path:
+            return self._data
+        raise OSError(f"{path}: only the checked source is read")
+
+
+class _SourceBytesFinder:
+    """A meta-path finder for exactly the modules of one import path (name -> (file, bytes)), first in line."""
+
+    def __init__(self, sources: dict[str, tuple[str, bytes]]):
+        self.sources = sources
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.sources:
+            return None
+        import importlib.util
+
+        file, data = self.sources[name]
+        return importlib.util.spec_from_file_location(name, file, loader=_SourceBytesLoader(name, file, data))
+
+
+@contextlib.contextmanager
+def _checked_sources(spec: str, folder: str, expected: str | None):
+    """While importing `spec`'s module: its files (as hadw.rewards.trust.locate finds them, the search the trust
+    check made) are read once, hashed (ValueError when `expected` is given and differs: changed since checked) and
+    compiled from those bytes; the hash is recorded in trust.EXECUTED. Modules already imported, and a module that
+    is not plain source files (an extension, a namespace package), are left to Python's own import."""
+    from hadw.rewards import trust
+
+    module_name = spec.partition(":")[0]
+    files = trust.locate(spec, [folder])
+    if files is None or not all(f.suffix == ".py" for f in files):
+        yield
+        return
+    data = [f.read_bytes() for f in files]
+    digest = trust.digest_bytes(data)
+    if expected and digest != expected:
+        raise ValueError(
+            f"reward {spec!r}: {files[-1]} changed since it was checked (sha256 {digest[:12]}, checked "
+            f"{expected[:12]}); not run"
+        )
+    parts = module_name.split(".")
+    names = [".".join(parts[: i + 1]) for i in range(len(parts))]
+    sources = {n: (str(f), b) for n, f, b in zip(names, files, data, strict=True) if n not in sys.modules}
+    finder = _SourceBytesFinder(sources)
+    sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)  # type: ignore[arg-type]
+    trust.EXECUTED[spec] = digest
+
+
 @functools.cache
-def _import(spec: str, folder: str | None = None) -> Any:
-    """The object at "module:attribute"; its module is found on sys.path, then in `folder` (default: the folder a
-    trusted run config's reward was found in, else the current directory, as `python -m` would). Never a module of
-    the standard library (hadw.rewards.trust). ValueError in one line when it cannot be imported or called."""
-    from hadw.rewards.trust import IMPORT_FOLDERS, RewardTrustError, refuse_standard_library
+def _import(spec: str, folder: str | None = None, sha256: str = "") -> Any:
+    """The object at "module:attribute"; its module is found in `folder` (default: the folder a trusted run config's
+    reward was found in, else the current directory, as `python -m` would), then on sys.path, and compiled from the
+    bytes read (_checked_sources; sha256: the digest they must have). Never a module of the standard library
+    (hadw.rewards.trust). ValueError in one line when it cannot be imported or called."""
+    from hadw.rewards.trust import ACCEPTED, IMPORT_FOLDERS, RewardTrustError, refuse_standard_library
 
     module_name, _, attribute = spec.partition(":")
     try:
@@ -169,16 +244,21 @@ def _import(spec: str, folder: str | None = None) -> Any:
         raise ValueError(str(err).removeprefix(f"reward {spec!r}: ")) from None
     folder = folder or IMPORT_FOLDERS.get(spec) or os.getcwd()
     if folder not in sys.path and ("" not in sys.path or folder != os.getcwd()):  # the `hadw` console script
-        sys.path.append(folder)
+        sys.path.append(folder)  # the module's own imports of its neighbours
     argv, sys.argv = sys.argv, [module_name]  # a module that parses sys.argv on import must not read hadw's
     try:
-        obj: Any = importlib.import_module(module_name)
+        with _checked_sources(spec, folder, sha256 or ACCEPTED.get(spec)):
+            obj: Any = importlib.import_module(module_name)
     except SystemExit as e:  # `sys.exit(main())` at the top level: hadw must not end with it
         code = e.code if e.code is not None else ""
         raise ValueError(
             f"reward {spec!r}: importing module {module_name!r} called sys.exit({code}); keep a script's top level "
             "under `if __name__ == '__main__':`"
         ) from None
+    except ValueError as e:
+        if str(e).startswith(f"reward {spec!r}: "):  # _checked_sources: changed since checked
+            raise
+        raise ValueError(f"reward {spec!r}: cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
     except Exception as e:
         raise ValueError(f"reward {spec!r}: cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
     finally:
@@ -207,11 +287,12 @@ def _load(name: str, isolated: bool) -> RewardFn | TRLReward:
     obj = _import(name)
     if isinstance(obj, RewardFunction):
         return replace(obj, name=name)
-    if isolated:
-        return RewardFunction(name, obj, isolated=True)
-    from hadw.rewards.trust import IMPORT_FOLDERS
+    from hadw.rewards.trust import EXECUTED, IMPORT_FOLDERS
 
-    return TRLReward(name, obj, ImportPathCall(name, IMPORT_FOLDERS.get(name) or os.getcwd()))
+    folder, digest = IMPORT_FOLDERS.get(name) or os.getcwd(), EXECUTED.get(name, "")
+    if isolated:  # the pool process imports it as this one did, not by pickle's own import (which reads bytecode)
+        return RewardFunction(name, ImportPathItem(name, folder, digest) if digest else obj, isolated=True)
+    return TRLReward(name, obj, ImportPathCall(name, folder, digest))
 
 
 def reward_inputs(problems: Sequence[Problem], template: str) -> tuple[list[str], dict[str, list]]:

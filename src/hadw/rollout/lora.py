@@ -85,13 +85,67 @@ def reference_policy(model) -> Iterator[Any]:
 
 
 BASE_RECORD = "hadw_base_model.json"  # beside an adapter hadw saved: the identity of the base it was trained on
-_EDGE = 1 << 20  # bytes read from each end of a weights file: a fingerprint in milliseconds, not a full hash
+_EDGE = 1 << 20  # the first fingerprint (records without "v2:"): first and last MiB of each weights file
+_SAMPLES, _WINDOW = 32, 256  # v2: per tensor, this many windows of this many bytes, spread evenly over its bytes
+_V2 = "v2:"
 
 
 def base_fingerprint(base: str | Path) -> str | None:
-    """A fingerprint of a local base model folder: sha256 over its config.json and, for every weights file, its name,
-    size and first and last MiB (another model, or other weights, at the same path differ). None for a Hub id
-    (identified by its name) or a path that is not a folder."""
+    """A fingerprint of a local base model folder, in milliseconds whatever its size: sha256 over its config.json
+    and, for every .safetensors file, its name, size, header (every tensor's name, dtype, shape and offsets) and a
+    strided sample of every tensor's bytes (_SAMPLES windows each; a small tensor whole); any other weights file is
+    hashed whole. Another model or other weights at the same path differ, also when they differ only in the middle
+    of the file (the first fingerprint read its first and last MiB only). None for a Hub id or a path that is not a
+    folder."""
+    folder = Path(base)
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        return None
+    h = hashlib.sha256((folder / "config.json").read_bytes())
+    for path in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
+        size = path.stat().st_size
+        h.update(f"{path.name}:{size}".encode())
+        with open(path, "rb") as f:
+            if path.suffix == ".safetensors":
+                _sample_safetensors(f, size, h)
+            else:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    h.update(block)
+    return _V2 + h.hexdigest()
+
+
+def _sample_safetensors(f, size: int, h) -> None:
+    """The header and a strided sample of each tensor's bytes into `h` (a file that is not safetensors: hashed
+    whole, as any other file)."""
+    head = f.read(8)
+    length = int.from_bytes(head, "little") if len(head) == 8 else -1
+    try:
+        header = json.loads(f.read(length)) if 0 < length <= size - 8 else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        f.seek(0)
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+        return
+    h.update(head + json.dumps(header, sort_keys=True).encode())
+    start = 8 + length
+    for name in sorted(k for k, v in header.items() if isinstance(v, dict)):
+        offsets = header[name].get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            continue
+        low, high = start + offsets[0], start + offsets[1]
+        if high - low <= _SAMPLES * _WINDOW:
+            f.seek(low)
+            h.update(f.read(high - low))
+            continue
+        stride = (high - low - _WINDOW) // (_SAMPLES - 1)
+        for i in range(_SAMPLES):
+            f.seek(low + i * stride)
+            h.update(f.read(_WINDOW))
+
+
+def _edge_fingerprint(base: str | Path) -> str | None:
+    """The first fingerprint (an adapter saved before "v2:"), to check such a record as it was written."""
     folder = Path(base)
     if not folder.is_dir() or not (folder / "config.json").is_file():
         return None
@@ -110,26 +164,48 @@ def write_base_record(model, folder: Path) -> None:
     """After an adapter is saved into `folder`: the base it was trained on, by name and fingerprint."""
     if not is_lora(model):
         return
+    from hadw.safe_files import atomic_write_text
+
     base = model.peft_config["default"].base_model_name_or_path
     record = {"base_model": base, "fingerprint": getattr(model, "hadw_base_fingerprint", None)}
-    (folder / BASE_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(folder / BASE_RECORD, json.dumps(record, indent=1) + "\n")  # never through a planted link
 
 
-def check_base(adapter_dir: Path, base: str | Path) -> None:
+def check_base(adapter_dir: Path, base: str | Path, required: bool = True) -> None:
     """ValueError in one line when the model now at `base` is not the one the adapter in `adapter_dir` was trained
-    on (its recorded fingerprint): an adapter merged into another model would be silently wrong."""
+    on (its recorded fingerprint): an adapter merged into another model would be silently wrong. A record that is a
+    link, or not the JSON hadw writes, is refused; a missing one too when `required` (an adapter of a hadw run: a
+    deleted record skipped the check), else a warning naming the risk (an adapter hadw did not save)."""
     path = Path(adapter_dir) / BASE_RECORD
-    if not path.is_file() or path.is_symlink():
-        return  # an adapter hadw did not save (or an older one): nothing recorded to compare
+    if path.is_symlink():
+        raise ValueError(
+            f"{path} is a link, not the record hadw writes; the base model at {base} cannot be checked against the "
+            f"one the adapter was trained on: replace the link with the run's own {BASE_RECORD}"
+        )
+    if not path.is_file():
+        risk = (
+            f"{adapter_dir} has no {BASE_RECORD}, so the base model at {base} cannot be checked against the one the "
+            "adapter was trained on (another model there would be merged into silently)"
+        )
+        if required:
+            raise ValueError(f"{risk}; restore the file from the run (hadw writes it beside every adapter it saves)")
+        warnings.warn(f"{risk}; an adapter hadw did not save is used as it is", stacklevel=2)
+        return
     try:
         expected = json.loads(path.read_text(encoding="utf-8")).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return
-    found = base_fingerprint(base)
-    if expected and found and expected != found:
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(
+            f"{path}: not the record hadw writes ({type(err).__name__}); restore it from the run"
+        ) from None
+    if not isinstance(expected, str) or not expected:
+        return  # the base was a Hub id: identified by its name
+    found = base_fingerprint(base) if expected.startswith(_V2) else _edge_fingerprint(base)
+    if found and expected != found:
+        shown = found.removeprefix(_V2)[:12]
         raise ValueError(
             f"the base model at {base} is not the one the LoRA adapter in {adapter_dir} was trained on "
-            f"(fingerprint {found[:12]}, recorded {expected[:12]} in {BASE_RECORD}); put that model back at {base}"
+            f"(fingerprint {shown}, recorded {expected.removeprefix(_V2)[:12]} in {BASE_RECORD}); put that model "
+            f"back at {base}"
         )
 
 

@@ -168,8 +168,13 @@ def _load_with_adapter(adapter_dir: Path, dtype, device: str, trust_remote_code:
             f"load_model: {adapter_dir} is a LoRA adapter whose base model {base} is not there (moved or deleted?); "
             f"put the base model back, or edit base_model_name_or_path in {adapter_dir / 'adapter_config.json'}"
         )
+    from hadw.metrics import METRICS_FILE
+
+    # an adapter of a hadw run (its final_model, a checkpoint's model) must have its base record: deleting it skipped
+    # the check; an adapter from elsewhere has none (then a warning names the risk)
+    of_a_run = any((folder / METRICS_FILE).is_file() for folder in Path(adapter_dir).absolute().parents[:2])
     try:
-        check_base(adapter_dir, base)  # another model now at that path: refused, never merged into silently
+        check_base(adapter_dir, base, required=of_a_run)  # another model now at that path: refused, never merged into
     except ValueError as err:
         raise ModelNotFoundError(f"load_model: {err}") from None
     model, tokenizer = load_model(base, dtype, device, trust_remote_code)

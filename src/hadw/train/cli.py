@@ -46,7 +46,11 @@ def train(
     overrides = list(overrides or [])
     if config is not None and "=" in str(config) and not config.is_file():  # `hadw train key=value ...`
         config, overrides = None, [str(config), *overrides]
-    cfg = load_config(config, overrides, interpolate)  # errors: one line, exit 2 (hadw.cli.handle_user_errors)
+    from hadw.train.run_dir import check_flags
+
+    check_flags(resume, overwrite)  # before load_config's --resume check: the contradiction is the error to name
+    # errors: one line, exit 2 (hadw.cli.handle_user_errors); --resume's run is checked before any reward import
+    cfg = load_config(config, overrides, interpolate, resume=resume)
     if show_config:
         from hadw.train.config_docs import show_config as render
 

@@ -103,13 +103,19 @@ def _unknown_key_error(key: str) -> ConfigError:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, interpolate: bool = False
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    interpolate: bool = False,
+    resume: bool = False,
 ) -> Config:
-    """Defaults, then the YAML file, then `key=value` overrides; validated. Raises ConfigError.
+    """Defaults, then the YAML file, then `key=value` overrides; validated. Raises ConfigError (RunDirError when
+    `resume` finds no run to continue).
 
     interpolate: resolve OmegaConf interpolations (${train.seed}, ${oc.env:VAR}) in the file and the
     overrides. Off by default: a `${...}` in a value is literal text (a template, a path), and the
-    environment never leaks into config.yaml or folder names unless asked for."""
+    environment never leaks into config.yaml or folder names unless asked for.
+    resume: for `hadw train --resume`: the run to continue is checked before any reward module is imported, the
+    config file is a run's (data: its import-path rewards must be trusted), and nothing is remembered as trusted."""
     from hadw.rewards import trust
     from hadw.train.model_defaults import given_keys, with_model_defaults
 
@@ -138,16 +144,33 @@ def load_config(
     given = set().union(*(given_keys(source) for _, source in sources))
     typed = set().union(*(given_keys(source) for where, source in sources if where.startswith("override")))
     config_file = Path(path) if path else None
-    if config_file is not None and trust.is_run_config(config_file):  # its paths are relative to the run folder
-        cfg = _run_paths(cfg, config_file.absolute().parent, typed)
+    run_config = config_file is not None and trust.is_run_config(config_file)
+    if run_config:  # its paths are relative to the run folder
+        cfg = _run_paths(cfg, config_file.absolute().parent, typed)  # type: ignore[union-attr]
     cfg = resolve_recipe(with_model_defaults(_normalized(cfg), given))  # a real model's defaults where not given
+    if resume:  # before any import: a received folder with a config and a module but no run fails here
+        from hadw.train.run_dir import check_resume_target
+
+        check_resume_target(cfg.train.output_dir, config_file, run_config, "train.output_dir" in typed)
+    # A config is a run's (data, wherever it sits) when it is resumed or trains into its own folder, not only when
+    # the folder already holds run files: `cd RECV && hadw train config.yaml --resume` imported RECV/myrw.py.
+    own = config_file is not None and (run_config or _trains_in_own_folder(cfg, config_file))
+    as_run = own or (config_file is not None and resume)
+    # the run folder, never imported from: the config's own one, or the one a recipe elsewhere resumes (a recipe
+    # beside your reward module resumes as long as the module is the one you ran: check_saved's hash)
+    run_dir = config_file.absolute().parent if own else Path(cfg.train.output_dir)  # type: ignore[union-attr]
     try:  # a run folder's config is data: checked before any reward module is imported
-        trust.guard_config(cfg.reward, config_file, typed)
+        trust.guard_config(cfg.reward, config_file, typed, as_run, run_dir)
     except trust.RewardTrustError as err:
         raise ConfigError(str(err)) from None
     validate(cfg)
-    trust.remember_named(cfg.reward, config_file, typed)
+    if not resume:  # a resume names nothing new: trusting its rewards now would vouch for a received config later
+        trust.remember_named(cfg.reward, config_file, typed, as_run)
     return cfg
+
+
+def _trains_in_own_folder(cfg: Config, config_file: Path) -> bool:
+    return Path(cfg.train.output_dir).absolute().resolve() == config_file.absolute().parent.resolve()
 
 
 def _run_paths(cfg: Config, run_dir: Path, typed: set[str]) -> Config:

@@ -143,11 +143,15 @@ def move_aside(run_dir: Path) -> Path:
     return aside
 
 
+def check_flags(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+
+
 def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple[RunLock, Path | None]:
     """Create and lock run_dir; refuse to reuse a run without resume / overwrite. Returns (lock, the
     folder the old run was moved to or None)."""
-    if resume and overwrite:
-        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+    check_flags(resume, overwrite)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -180,6 +184,37 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool = False) -> tuple
             lock.release()
             raise
     return lock, aside
+
+
+def check_resume_target(output_dir: str, config_file: Path | None, run_config: bool, typed: bool) -> Path:
+    """--resume, before any reward is imported or anything written: the folder it trains (returned). RunDirError
+    when a run's own config.yaml (run_config) points train.output_dir at another folder, unless train.output_dir was
+    given on the command line (then that folder is named on stderr first): a resume of RUN/config.yaml trained and
+    pruned `../other`. RunDirError too when that folder holds no run: a received folder with only a config and a
+    module must fail here, before the module could be imported (Trainer._resume makes the same check later)."""
+    import sys
+
+    target = Path(output_dir).absolute()
+    if run_config and config_file is not None:
+        own = config_file.absolute().parent
+        if target.resolve() != own.resolve():
+            if not typed:
+                raise RunDirError(
+                    f"--resume: {config_file} is the config of the run in {own}, but its train.output_dir="
+                    f"{output_dir!r} is another folder ({target}); a resume trains the run its config is in: set "
+                    "train.output_dir: . in it, or give train.output_dir=FOLDER on the command line to train another"
+                )
+            print(
+                f"--resume: training train.output_dir={target} (given on the command line), not {own}, the run "
+                f"{config_file} belongs to",
+                file=sys.stderr,
+            )
+    if not holds_run(target):
+        raise RunDirError(
+            f"--resume: no checkpoint in train.output_dir={target} (no {target}/latest); run without --resume to "
+            "start it"
+        )
+    return target
 
 
 # Settings a resumed run may change freely: they do not alter what is learned from the saved state
@@ -256,7 +291,8 @@ def check_trained_parameters_kept(diffs: list[str], checkpoint: Path) -> None:
 def saved_config(run_dir: Path) -> dict:
     """The config.yaml a run wrote in run_dir, as a mapping ({} when there is none); a file that is not
     the YAML mapping a run writes (damaged, an alias bomb, a list) is a RunDirError."""
-    from hadw.train.config import ConfigError, parse_yaml
+    from hadw.train.config_schema import ConfigError
+    from hadw.train.config_yaml import parse_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file() or path.is_symlink():

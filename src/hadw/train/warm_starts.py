@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -97,7 +98,12 @@ def get(name: str) -> WarmStart:
 
 def verify(folder: Path, files: dict[str, str], what: str) -> None:
     """WarmStartError unless `folder` holds exactly `files` with those sha256 (nothing loaded is trusted unchecked)."""
-    if not folder.is_dir() or folder.is_symlink():
+    if folder.is_symlink():  # a link is never loaded: its target is not the shipped files (and may change)
+        raise WarmStartError(
+            f"{what}: {folder} is a link (to {os.readlink(folder)}), not a folder; a warm start is loaded only from "
+            "its own files: remove the link and reinstall hadw (or rebuild the start there)"
+        )
+    if not folder.is_dir():
         raise WarmStartError(f"{what}: {folder} is missing (reinstall hadw, or rebuild it)")
     # Every entry, not only the regular files: a link or a subfolder is loaded too (a linked added_tokens.json
     # changed the tokenizer and passed, issue 39).
