@@ -234,13 +234,20 @@ def test_compare_sweeps_seeds_and_arms_on_the_trl_engine(tmp_path):
 def test_a_cluster_task_gets_one_slot_a_trl_process(tmp_path):
     """hadw compare on Slurm / Ray: an engine=trl run of 2 processes is one task of 2 CPUs (gloo), or of >= 2 GPUs
     when GPUs are asked for (fewer refused in one line)."""
-    base = ["compare", "--launcher", "slurm", "--dry-run", "--arm", "a:", "--seeds", "0", "--out", str(tmp_path / "c")]
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+
+    def dry(*extra: str):
+        args = ["compare", "--launcher", "slurm", "--dry-run", "--arm", "a:", "--seeds", "0", "--out", str(tmp_path)]
+        return CliRunner().invoke(build_app(), [*args, *extra])
+
     trl = ["--set", "engine=trl", "--set", "trl.num_processes=2"]
-    assert "#SBATCH --cpus-per-task=1" in _hadw(*base, cwd=tmp_path).stdout  # native: as before
-    assert "#SBATCH --cpus-per-task=2" in _hadw(*base, *trl, cwd=tmp_path).stdout
-    refused = _hadw(*base, *trl, "--gpus-per-run", "1", cwd=tmp_path, check=False)
-    assert refused.returncode == 2 and "allowed: --gpus-per-run >= 2" in refused.stderr
-    assert "#SBATCH --gpus-per-node=2" in _hadw(*base, *trl, "--gpus-per-run", "2", cwd=tmp_path).stdout
+    assert "#SBATCH --cpus-per-task=1" in dry().output  # native: as before
+    assert "#SBATCH --cpus-per-task=2" in dry(*trl).output
+    refused = dry(*trl, "--gpus-per-run", "1")
+    assert refused.exit_code == 2 and "allowed: --gpus-per-run >= 2" in refused.output
+    assert "#SBATCH --gpus-per-node=2" in dry(*trl, "--gpus-per-run", "2").output
 
 
 def test_a_run_that_cannot_start_says_so_before_anything_is_written(tmp_path):
