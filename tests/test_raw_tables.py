@@ -101,6 +101,23 @@ def test_the_readme_measured_tables_are_rebuilt_blocks():
     assert ("benchmarks/studies/demo_range/demo_range.raw.json", "range") in names
 
 
+def test_the_readme_verdicts_are_rebuilt_from_the_studies_raw_files():
+    """ "Does HA-DW help?" is one table, one row a study, every figure rebuilt from the studies' committed raw files."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    import verdicts
+
+    readme = (REPO_ROOT / "README.md").read_text("utf-8")
+    section = readme.split("\n## Does HA-DW help?\n", 1)[1].split("\n## ", 1)[0]
+    found = verdicts.blocks(section)
+    assert found == {(verdicts.NAME, "verdicts"): verdicts.tables()["verdicts"]}, "run benchmarks/studies/verdicts.py"
+    assert not _tables_outside_blocks(verdicts.SUMMARY.sub("", section)), "a table typed by hand"
+    for _, raw, _, _ in verdicts.STUDIES:
+        assert (BENCH / "studies" / raw) in RAW_FILES, raw
+    raws = {raw: json.loads((BENCH / "studies" / raw).read_text("utf-8")) for _, raw, _, _ in verdicts.STUDIES}
+    raws["tiny_testbed/tiny_testbed.raw.json"]["runs"][0]["greedy"]["all"] += 0.01  # the check can fail
+    assert verdicts.tables(raws)["verdicts"] != verdicts.tables()["verdicts"]
+
+
 def test_a_changed_raw_value_fails_the_check(tmp_path):
     """The check can fail: one value changed in a copy of a raw file rebuilds another table."""
     raw_path = BENCH / "studies" / "demo_range" / "demo_range.raw.json"

@@ -401,22 +401,3 @@ def test_every_figure_beside_a_results_link_is_in_a_linked_file(page: str):
         figures = _FIGURE.findall(_plain(passage))
         missing += [(figure, passage[:60]) for figure in figures if not _quoted_from(figure, numbers)]
     assert not missing, missing
-
-
-def test_the_across_start_verdicts_are_the_raw_results():
-    # "Does HA-DW help?" states the pooled verdicts of the pre-registered across-start study; they are recomputed here
-    # from its raw per-run results (an earlier version quoted a one-start G = 4 figure as the answer).
-    import json
-    import sys
-
-    study = BENCH / "studies" / "across_starts"
-    sys.path.insert(0, str(study))
-    import across_starts as A
-
-    raw = json.loads((study / "across_starts.raw.json").read_text(encoding="utf-8"))
-    starts = sorted({r["start"] for r in raw["runs"]})
-    for g, phrase in ((8, "At G = 8 parity: {} pooled"), (4, "At G = 4 parity too: {} pooled")):
-        p = A.pooled({s: A.paired(raw["runs"], s, g, A.PRIMARY) for s in starts})
-        assert p["low"] < 0 < p["high"], f"G = {g}: the README says parity"
-        figure = f"{p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}]".replace("-", "−")
-        assert phrase.format(figure) in PROSE, phrase.format(figure)

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
                 metrics = H.evaluate_model(folder, seed, args.eval_size, args.k, warm_dir / f"seed{seed}.json")
                 rows.append(_row(start, None, "warm", seed, metrics, None))
     command = "python " + " ".join(sys.argv)
-    raw_tables.write_raw(RAW, [REPORT, raw_tables.ROOT / "README.md"], Path(__file__), command, rows)
+    raw_tables.write_raw(RAW, [REPORT], Path(__file__), command, rows)  # README: ../verdicts.py
 
 
 def _cell(run_dir: Path, out: Path) -> tuple[str, int]:
