@@ -17,7 +17,7 @@ downloaded): 8 prompts x G = 8 rows, 128 new tokens each (EOS ignored / held off
 trainer's mixed precision (fp32 weights, autocast bf16) or in bf16 weights (--dtype bfloat16).
 Tokens/s = rows x new tokens / wall time of the whole call (prefill included), synchronised.
 
-    python benchmarks/speed/rollout_gpu.py --report benchmarks/rollout_gpu.md
+    python benchmarks/speed/rollout_gpu.py --report benchmarks/speed/rollout_gpu.md
 """
 
 from __future__ import annotations
