@@ -1,15 +1,15 @@
 """Raw per-run results beside every measured table, and the one way a table is rebuilt from them.
 
-A measured table in benchmarks/*.md or the README sits in a block
+A measured table in benchmarks/**/*.md or the README sits in a block
 
-    <!-- rebuilt from benchmarks/NAME.raw.json: BLOCK -->
+    <!-- rebuilt from benchmarks/ROOM/.../NAME.raw.json: BLOCK -->
     | ... |
     <!-- /rebuilt -->
 
-`NAME.raw.json` holds the per-run values (and the environment they were measured in) and names its script; the
-script's `tables(raw) -> {BLOCK: markdown}` makes every block from the raw file alone. `python benchmarks/NAME.py
-rebuild` rewrites the blocks; tests/test_raw_tables.py rebuilds them all and fails on a mismatch, on a block or a
-table without a raw file, and on a raw file without its blocks.
+`NAME.raw.json` holds the per-run values (and the environment they were measured in) and names its script (beside it,
+or benchmarks/sweep_tables.py); the script's `tables(raw) -> {BLOCK: markdown}` makes every block from the raw file
+alone. `python benchmarks/ROOM/.../NAME.py rebuild` rewrites the blocks; tests/test_raw_tables.py rebuilds them all and
+fails on a mismatch, on a block or a table without a raw file, and on a raw file without its blocks.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def command_line(
     run_fn: Callable[[argparse.Namespace], None],
     options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    """`python benchmarks/NAME.py run [options]` (measure, write the raw file, rebuild) | `... rebuild` (the blocks
-    from the raw file alone): the command line every raw-table script shares; `options` adds the run's flags."""
+    """`python benchmarks/ROOM/.../NAME.py run [options]` (measure, write the raw file, rebuild) | `... rebuild` (the
+    blocks from the raw file alone): the command line every raw-table script shares; `options` adds the run's flags."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("what", choices=["run", "rebuild"])
     options(parser)

@@ -9,9 +9,10 @@ seeds, MDE at 80 % power, Wilcoxon p as the pre-registered secondary) and the va
 vs training, from the per-problem scores; hadw.experiments.stats, the same code `hadw compare` reports with).
 
     python benchmarks/sweep_tables.py pack --out runs/bf16_tiny --baseline fp32 --treatment bf16 \
-        --raw benchmarks/bf16_equivalence/tiny.raw.json --table benchmarks/bf16_equivalence/README.md \
+        --raw benchmarks/studies/bf16_equivalence/bf16_equivalence_tiny.raw.json \
+        --table benchmarks/studies/bf16_equivalence/bf16_equivalence.md \
         --testbed "tiny" --margin 0.02
-    python benchmarks/sweep_tables.py rebuild --raw benchmarks/bf16_equivalence/tiny.raw.json
+    python benchmarks/sweep_tables.py rebuild --raw benchmarks/studies/bf16_equivalence/bf16_equivalence_tiny.raw.json
 
 Several treatments against one baseline (`--treatment hadw,control`) make one row each; `--predicted control=-0.01`
 records a positive control's pre-registered size, and its verdict says whether the interval holds it.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared check for a GPU machine with no network: install what it lacks from carried wheels, then
-# measure GPU rollouts (benchmarks/rollout_gpu.py, on a quiet GPU), then, side by side, the whole test suite
+# measure GPU rollouts (benchmarks/speed/rollout_gpu.py, on a quiet GPU), then, side by side, the whole test suite
 # (pytest -n 8) and the demo, a 135 M-shaped bf16 training run, eval with samples, the TRL adapter in bf16,
 # and `hadw train engine=trl` (vLLM colocated where vllm is installed) with hadw eval and hadw compare on its
 # runs; one summary at the end. Usage (wheels from scripts/gpu_wheels.sh, default folder .whl):
@@ -37,7 +37,7 @@ transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version
   2>&1 | tee "$LOG/versions.txt"
 
 # 2. GPU rollouts, alone on the card: every decoder vs transformers' generate, 135 M shape.
-step bench timeout "${BENCH_S:-180}" "$PY" benchmarks/rollout_gpu.py --report "$CHECK_DIR/rollout_gpu.md"
+step bench timeout "${BENCH_S:-180}" "$PY" benchmarks/speed/rollout_gpu.py --report "$CHECK_DIR/rollout_gpu.md"
 
 # 3. The suite, and beside it the demo and the 135 M-shaped runs (one GPU, 139 GB: room for all).
 step tests timeout "${JOB_S:-270}" "$PY" -m pytest -v -n 8 --durations=10 -p no:cacheprovider &
@@ -71,7 +71,7 @@ wait $tests_pid $demo_pid $runs_pid
 {
   echo "== hadw GPU check: $(cat "$LOG/versions.txt")"
   cat "$SUMMARY"
-  echo "-- rollouts (benchmarks/rollout_gpu.py)"; grep -E "^\||first call|failed" "$LOG/bench.log"
+  echo "-- rollouts (benchmarks/speed/rollout_gpu.py)"; grep -E "^\||first call|failed" "$LOG/bench.log"
   echo "-- train135 (per step)"; "$PY" -c "import json, sys; [print({k: round(v, 3) for k, v in r.items() \
 if k.startswith(('timing_s', 'perf'))}) for r in map(json.loads, open(sys.argv[1])) if 'timing_s/step' in r]" \
     "$CHECK_DIR/train135/metrics.jsonl" 2>&1 | tail -5

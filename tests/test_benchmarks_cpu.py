@@ -106,7 +106,7 @@ def test_both_sides_get_the_same_precision():
 
 
 def test_every_benchmark_that_races_trl_takes_the_precision_option():
-    racing = [p for p in BENCHMARKS.glob("*.py") if "GRPOTrainer" in p.read_text() and p.name != "trl_cpu.py"]
+    racing = [p for p in BENCHMARKS.rglob("*.py") if "GRPOTrainer" in p.read_text() and p.name != "trl_cpu.py"]
     assert {p.name for p in racing} >= {"train_vs_trl.py", "memory_vs_trl.py", "trl_overhead.py"}
     for path in racing:
         text = path.read_text()
@@ -115,6 +115,7 @@ def test_every_benchmark_that_races_trl_takes_the_precision_option():
 
 
 def test_equal_work_in_bf16_skips_hadws_old_log_prob_pass_as_trl_does():
+    sys.path.insert(0, str(BENCHMARKS / "speed"))
     import train_vs_trl
 
     natural = train_vs_trl.hadw_config(Path("m"), Path("o"), 2, "bf16")

@@ -1,5 +1,6 @@
-"""Every relative link in README.md and docs/*.md points to a file that exists (and, with a `#fragment` into a
-markdown file, to a heading there): moving a section between the README and docs/ must not leave a link dangling."""
+"""Every relative link in README.md, docs/*.md and benchmarks/**/*.md points to a file that exists (and, with a
+`#fragment` into a markdown file, to a heading there): moving a section between the README and docs/, or a report
+between benchmarks/' rooms, must not leave a link dangling."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+PAGES = [
+    REPO_ROOT / "README.md",
+    *sorted((REPO_ROOT / "docs").glob("*.md")),
+    *sorted((REPO_ROOT / "benchmarks").rglob("*.md")),
+]
 _LINK = re.compile(r"\]\(([^()\s]+)\)")  # [text](target) and ![alt](target); no spaces or parentheses in targets
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)  # links inside code are examples, not links
 

@@ -1,5 +1,6 @@
-"""benchmarks/hadw_effect.py --set: a study on a variant of the demo recipe (benchmarks/archive/sim_vs_trainer.md's
-check of the sim on a setting it was not calibrated on runs the recipe at another G)."""
+"""benchmarks/studies/hadw_effect/hadw_effect.py --set: a study on a variant of the demo recipe
+(benchmarks/studies/sim_vs_trainer/sim_vs_trainer.md's check of the sim on a setting it was not calibrated on runs the
+recipe at another G)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "hadw_effect"))
 from hadw_effect import base_overrides, with_sets
 
 

@@ -1,10 +1,10 @@
 """The README and docs/benchmarks.md quote measured figures from the files the scripts write, so one recipe cannot
 show two values.
 
-benchmarks/real_model_rl.md is real_model_rl.py's report (the demo's and the studies' tables are rebuilt from raw
-results: tests/test_raw_tables.py),
-and each speed benchmark's `--report FILE` (benchmarks/bench_report.py) keeps what it printed: docs/benchmarks.md's
-copies of their figures, and the README's summary of them, must be the files' own.
+benchmarks/studies/real_model_rl/real_model_rl.md is real_model_rl.py's report (the demo's and the studies' tables are
+rebuilt from raw results: tests/test_raw_tables.py), and each speed benchmark's `--report FILE`
+(benchmarks/bench_report.py) keeps what it printed: docs/benchmarks.md's copies of their figures, and the README's
+summary of them, must be the files' own.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ PROSE = " ".join(README.split())  # sentences wrap anywhere
 BENCHMARKS_PAGE = REPO_ROOT / "docs" / "benchmarks.md"  # the benchmarks' table and text, moved out of the README
 BENCHMARKS = BENCHMARKS_PAGE.read_text(encoding="utf-8")
 BENCHMARKS_PROSE = " ".join(BENCHMARKS.split())
+BENCH = REPO_ROOT / "benchmarks"
 PAGES = {"README.md": README, "docs/benchmarks.md": BENCHMARKS}  # the pages whose figures are checked
 
 
@@ -44,7 +45,7 @@ def test_the_readme_quotes_no_other_accuracy_for_the_demo_recipe(page: str):
 
 
 def test_the_real_model_figures_are_the_reports():
-    report = (REPO_ROOT / "benchmarks" / "real_model_rl.md").read_text(encoding="utf-8")
+    report = (BENCH / "studies" / "real_model_rl" / "real_model_rl.md").read_text(encoding="utf-8")
     rows = {m[0]: m[1:] for m in re.findall(r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|", report, re.M)}
     (before, grpo), (_, hadw) = rows["grpo"], rows["grpo_hadw"]
     assert f"held-out greedy accuracy {before} → {grpo} (GRPO) and {hadw} (GRPO+HA-DW)" in PROSE
@@ -55,7 +56,7 @@ def _memory_ratio(output: str) -> tuple[str, str, str]:
 
 
 def test_the_135m_memory_figures_are_the_benchmarks_output():
-    output = (REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8")
+    output = (BENCH / "speed" / "memory_vs_trl_135m.md").read_text(encoding="utf-8")
     hadw, trl = re.findall(r"peak RSS [\d.]+ / ([\d.]+) / [\d.]+ GiB", output)
     lo, med, hi = _memory_ratio(output)
     assert f"hadw {hadw} GiB vs TRL {trl} GiB peak RSS" in BENCHMARKS_PROSE
@@ -68,7 +69,7 @@ def test_the_135m_memory_figures_are_the_benchmarks_output():
 
 
 def _output(report: str) -> str:
-    text = (REPO_ROOT / "benchmarks" / report).read_text(encoding="utf-8")
+    text = (BENCH / report).read_text(encoding="utf-8")
     return re.search(r"```(?:text)?\n(.*?)\n```", text, re.S).group(1)
 
 
@@ -252,27 +253,27 @@ def _rollout_rows(out: str) -> str:
 
 
 BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the report's output
-    "theory_speed.md": _theory_speed,
-    "core_overhead.md": _core_overhead,
-    "roofline.md": _roofline,
-    "roofline_demo_shape.md": _roofline_demo_shape,
-    "rollout_speed_tiny.md": lambda out: "tiny " + _rollout_speed(out),
-    "rollout_speed_5.6m.md": lambda out: "5.6 M " + _rollout_speed(out),
-    "trl_overhead.md": _trl_overhead,
-    "train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
-    "train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
-    "train_vs_trl_135m_bf16.md": _train_vs_trl_auto,
-    "train_vs_trl_135m_fp32.md": lambda out: (
+    "speed/theory_speed.md": _theory_speed,
+    "speed/core_overhead.md": _core_overhead,
+    "speed/roofline.md": _roofline,
+    "speed/roofline_demo_shape.md": _roofline_demo_shape,
+    "speed/rollout_speed_tiny.md": lambda out: "tiny " + _rollout_speed(out),
+    "speed/rollout_speed_5.6m.md": lambda out: "5.6 M " + _rollout_speed(out),
+    "speed/trl_overhead.md": _trl_overhead,
+    "speed/train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
+    "speed/train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
+    "speed/train_vs_trl_135m_bf16.md": _train_vs_trl_auto,
+    "speed/train_vs_trl_135m_fp32.md": lambda out: (
         "the same machine and shapes in fp32 (`--precision fp32`): " + _train_vs_trl(out)
     ),
-    "decode_step.md": _decode_step,
-    "decode_step_5.6m.md": _decode_step,
-    "rollout_vs_ref.md": _rollout_vs_ref,
-    "memory_vs_trl_lengths.md": _memory_lengths,
-    "lora_generation.md": _lora_generation,
-    "real_model_step.md": _real_model_step,
-    "real_model_step_before.md": _real_model_step,
-    "rollout_rows.md": _rollout_rows,
+    "speed/decode_step.md": _decode_step,
+    "speed/decode_step_5.6m.md": _decode_step,
+    "speed/rollout_vs_ref.md": _rollout_vs_ref,
+    "speed/memory_vs_trl_lengths.md": _memory_lengths,
+    "speed/lora_generation.md": _lora_generation,
+    "speed/real_model_step.md": _real_model_step,
+    "speed/real_model_step_before.md": _real_model_step,
+    "speed/rollout_rows.md": _rollout_rows,
 }
 
 
@@ -284,7 +285,7 @@ def test_the_benchmark_figures_are_the_reports(report: str):
 
 
 def test_the_decode_split_is_the_rollout_speed_reports():
-    outs = [_output(f"rollout_speed_{m}.md") for m in ("tiny", "5.6m")]
+    outs = [_output(f"speed/rollout_speed_{m}.md") for m in ("tiny", "5.6m")]
     assert f"fused steps (profiler): {_rollout_split(outs)} (tiny / 5.6 M)" in BENCHMARKS_PROSE
 
 
@@ -295,15 +296,23 @@ def _core_overhead_summary(out: str) -> str:
 
 
 README_SUMMARY = {  # report -> the ratio the README's five-line "Benchmarks" summary quotes from it
-    "rollout_speed_tiny.md": lambda out: f"rollouts {_rollout_ratio(out)} faster than `model.generate()`",
-    "rollout_vs_ref.md": lambda out: f"{_vs_ref_ratio(out, 'tiny', '128x6')} faster than 0.2.0's engine in the demo's",
-    "train_vs_trl_tiny.md": lambda out: f"at equal work: {_train_vs_trl_ratios(out)[1]} faster (tiny model",
-    "train_vs_trl_135m.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} (135M shapes",
-    "train_vs_trl_135m_bf16.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} with both sides in bf16, TRL's faster",
-    "core_overhead.md": _core_overhead_summary,
-    "trl_overhead.md": lambda out: "the TRL adapter ×" + _mmm(*_numbers(out, r"ratio \(CPU time\)")[:3]) + " plain",
-    "decode_step.md": lambda out: f"×{_mmm(*_numbers(out, r'oneDNN packed')[9:12])} faster than MKL's `F.linear`",
-    "real_model_step.md": lambda out: f"({float(_step_cells(out)['step']):.0f} s on an idle AMD EPYC, one thread:",
+    "speed/rollout_speed_tiny.md": lambda out: f"rollouts {_rollout_ratio(out)} faster than `model.generate()`",
+    "speed/rollout_vs_ref.md": lambda out: (
+        f"{_vs_ref_ratio(out, 'tiny', '128x6')} faster than 0.2.0's engine in the demo's"
+    ),
+    "speed/train_vs_trl_tiny.md": lambda out: f"at equal work: {_train_vs_trl_ratios(out)[1]} faster (tiny model",
+    "speed/train_vs_trl_135m.md": lambda out: f"{_train_vs_trl_ratios(out)[1]} (135M shapes",
+    "speed/train_vs_trl_135m_bf16.md": lambda out: (
+        f"{_train_vs_trl_ratios(out)[1]} with both sides in bf16, TRL's faster"
+    ),
+    "speed/core_overhead.md": _core_overhead_summary,
+    "speed/trl_overhead.md": lambda out: (
+        "the TRL adapter ×" + _mmm(*_numbers(out, r"ratio \(CPU time\)")[:3]) + " plain"
+    ),
+    "speed/decode_step.md": lambda out: f"×{_mmm(*_numbers(out, r'oneDNN packed')[9:12])} faster than MKL's `F.linear`",
+    "speed/real_model_step.md": lambda out: (
+        f"({float(_step_cells(out)['step']):.0f} s on an idle AMD EPYC, one thread:"
+    ),
 }
 
 
@@ -315,9 +324,9 @@ def test_the_readme_benchmark_summary_is_the_reports(report: str):
 
 
 def test_the_readme_benchmark_summary_memory_ratio_is_the_report():
-    lo, med, hi = _memory_ratio((REPO_ROOT / "benchmarks" / "memory_vs_trl_135m.md").read_text(encoding="utf-8"))
+    lo, med, hi = _memory_ratio((BENCH / "speed" / "memory_vs_trl_135m.md").read_text(encoding="utf-8"))
     assert f"peak RSS ×{med} [{lo}–{hi}] of TRL's" in PROSE
-    assert "(benchmarks/memory_vs_trl_135m.md)" in README
+    assert "(benchmarks/speed/memory_vs_trl_135m.md)" in README
 
 
 def test_the_readme_links_the_benchmarks_page():
@@ -327,7 +336,7 @@ def test_the_readme_links_the_benchmarks_page():
 
 def test_every_benchmark_report_is_checked():
     # A new report whose figures the README quotes unchecked would bring back hand-copied numbers.
-    written = {p.name for p in (REPO_ROOT / "benchmarks").glob("*.md") if "Output, as printed:" in p.read_text()}
+    written = {str(p.relative_to(BENCH)) for p in BENCH.rglob("*.md") if "Output, as printed:" in p.read_text()}
     assert written <= set(BENCHMARK_FIGURES), sorted(written - set(BENCHMARK_FIGURES))
 
 
@@ -392,21 +401,3 @@ def test_every_figure_beside_a_results_link_is_in_a_linked_file(page: str):
         figures = _FIGURE.findall(_plain(passage))
         missing += [(figure, passage[:60]) for figure in figures if not _quoted_from(figure, numbers)]
     assert not missing, missing
-
-
-def test_the_across_start_verdicts_are_the_raw_results():
-    # "Does HA-DW help?" states the pooled verdicts of the pre-registered across-start study; they are recomputed here
-    # from its raw per-run results (an earlier version quoted a one-start G = 4 figure as the answer).
-    import json
-    import sys
-
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import across_starts as A
-
-    raw = json.loads((REPO_ROOT / "benchmarks" / "across_starts.raw.json").read_text(encoding="utf-8"))
-    starts = sorted({r["start"] for r in raw["runs"]})
-    for g, phrase in ((8, "At G = 8 parity: {} pooled"), (4, "At G = 4 parity too: {} pooled")):
-        p = A.pooled({s: A.paired(raw["runs"], s, g, A.PRIMARY) for s in starts})
-        assert p["low"] < 0 < p["high"], f"G = {g}: the README says parity"
-        figure = f"{p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}]".replace("-", "−")
-        assert phrase.format(figure) in PROSE, phrase.format(figure)

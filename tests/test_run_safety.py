@@ -482,7 +482,7 @@ def test_sigterm_at_random_moments_around_step_boundaries_always_leaves_a_checkp
     verifier workers died of it, and the trainer's next send to one raised BrokenPipeError, which the CLI's click
     turns into a silent exit 1. Trials at random moments after a random step (the next step, the final evaluation,
     the final checkpoint, the exit); each ends stopped with the last step's checkpoint, or done with the final one,
-    and the checkpoint loads. benchmarks/sigterm_stress.py does the same with real `hadw train` processes."""
+    and the checkpoint loads. benchmarks/faults/sigterm_stress.py does the same with real `hadw train` processes."""
     import random
 
     from hadw.train.checkpoint import load_checkpoint

@@ -15,7 +15,8 @@ from hadw import metrics as M
 from tests.conftest import REPO_ROOT
 
 BENCH = REPO_ROOT / "benchmarks"
-sys.path.insert(0, str(BENCH))
+PILOT = BENCH / "studies" / "tiny_testbed" / "tiny_testbed_pilot.py"
+sys.path[:0] = [str(BENCH), str(PILOT.parent)]  # the shared helpers, the pilot's folder
 import sweep_tables  # noqa: E402
 import tiny_testbed_pilot  # noqa: E402
 
@@ -121,8 +122,8 @@ def test_the_pilot_rule_block_is_rebuilt_from_the_pilot_raw_file(tmp_path):
     """lr arms that learn less choose an lr control; lr arms that learn more (what the real pilot found) hand the
     choice to Amendment 1's G rule."""
     _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.54, "lr075": 0.58, "g7": 0.58})
-    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
-    assert raw["script"] == "benchmarks/tiny_testbed_pilot.py"
+    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=PILOT)
+    assert raw["script"] == "benchmarks/studies/tiny_testbed/tiny_testbed_pilot.py"
     measured = {f: sweep_tables.comparison(raw, arm)["pair"].diff.mean for arm, f in (("lr050", 0.5), ("lr075", 0.75))}
     assert measured[0.5] < -0.03 and measured[0.75] < -0.005, measured
     f, size = tiny_testbed_pilot.control_rule(measured)
@@ -135,7 +136,7 @@ def test_the_pilot_rule_block_is_rebuilt_from_the_pilot_raw_file(tmp_path):
 
 def test_lr_arms_that_learn_more_hand_the_control_to_the_g_rule(tmp_path):
     _planted_sweep(tmp_path / "sweep", {"grpo": 0.60, "lr050": 0.62, "lr075": 0.61, "g7": 0.60})
-    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=BENCH / "tiny_testbed_pilot.py")
+    raw = _pack(tmp_path, "lr050,lr075,g7", testbed="tiny_pilot", script=PILOT)
     rule = tiny_testbed_pilot.tables(raw)["tiny_pilot_rule"].splitlines()
     assert "a smaller lr did not learn less; the rule's lr025 is not run" in rule[2]
     assert "pilot 2 adds g6" in rule[3]  # G = 7 cost less than half a point: the rule asks for G = 6

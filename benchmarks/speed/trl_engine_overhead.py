@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))  # the benchmarks' shared helpers (bench_re
 
 from bench_report import add_report_option, report  # noqa: E402
 
-RECIPE = HERE.parent / "tiny_testbed" / "recipe.yaml"
+RECIPE = HERE.parent / "studies" / "tiny_testbed" / "recipe.yaml"
 # offline, and one thread a side for every pool (torch's intra-op threads, OpenMP, MKL): no side uses the other core
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
        "MKL_NUM_THREADS": "1"}  # fmt: skip

@@ -60,7 +60,7 @@ class DemoSettings:
 
 
 def rl_overrides(settings: DemoSettings, model_path: Path, run_dir: Path, hadw: bool) -> list[str]:
-    """The demo's RL recipe (also used by benchmarks/hadw_effect.py): tiny model, plain prompts, G = 8."""
+    """The demo's RL recipe (also used by benchmarks/studies/hadw_effect/): tiny model, plain prompts, G = 8."""
     return [
         f"model.path={model_path}",
         f"data.source=task:{DEMO_TASK}",

@@ -8,7 +8,7 @@ on a GPU) or the model's forward with a DynamicCache. Position ids come from the
 (to float rounding, ~1e-6). Randomness comes only from a torch.Generator seeded by `params.seed`, so
 torch's global RNG state is never touched. Each phase is tagged with torch.profiler.record_function
 ("rollout/prefill", "rollout/forward", "rollout/sample", "rollout/bookkeeping") so a profiler shows
-where the time goes (benchmarks/rollout_speed.py).
+where the time goes (benchmarks/speed/rollout_speed.py).
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ class HFRolloutEngine:
 
     decoder: how the prefill and the one-token steps run. "fused": hadw's FusedDecoder (Llama / Qwen2
     only; ×1.3 the tokens/s of "hf" on a CPU at 64 rows × 64 new tokens, ×1.05–1.2 for 6-token answers,
-    benchmarks/roofline.py); "graph": FusedDecoder's weights with a static-shape step replayed as one
+    benchmarks/speed/roofline.py); "graph": FusedDecoder's weights with a static-shape step replayed as one
     CUDA graph per chunk (GraphedDecoder; Llama / Qwen2; on a CPU the same step runs eagerly, for tests;
-    opt-in until it has been measured on a GPU: benchmarks/rollout_gpu.py, scripts/gpu_check.sh);
+    opt-in until it has been measured on a GPU: benchmarks/speed/rollout_gpu.py, scripts/gpu_check.sh);
     "hf": the model's own forward with a DynamicCache; "auto": fused for float32 weights on a CPU when the
     model supports it, else hf (on a GPU transformers' SDPA kernels are kept). A peft LoRA model
     (`model.lora.*`) runs fused / graph too: the adapters are merged into the fused weights' copies once
@@ -110,7 +110,7 @@ class HFRolloutEngine:
         if self.decoder != "auto":
             return self.decoder
         # Where it is measured and tested: float32 weights on a CPU. "graph" stays opt-in on a GPU until
-        # benchmarks/rollout_gpu.py has run there (no GPU has been lent since it was written).
+        # benchmarks/speed/rollout_gpu.py has run there (no GPU has been lent since it was written).
         on_cpu_fp32 = model_device(self.model).type == "cpu" and self.model.dtype == torch.float32
         return "fused" if on_cpu_fp32 and fused_unsupported(self.model) is None else "hf"
 

@@ -20,7 +20,7 @@ what the CPU tests compare with FusedDecoder.step.
 
 On a GPU the fused weights are made in the compute dtype (autocast's, when the trainer runs the rollout
 under `model.compute_dtype=bfloat16`; else the model's), and the step runs with autocast off, so the
-eager and the replayed step compute the same thing. benchmarks/rollout_gpu.py measures it against
+eager and the replayed step compute the same thing. benchmarks/speed/rollout_gpu.py measures it against
 transformers' forward, FusedDecoder eager and `model.generate`; scripts/gpu_check.sh runs that and the CUDA
 tests. Not yet run on a GPU (none was lent since this was written), so the engine uses it only when asked
 (`rollout.decoder=graph`); the static step's maths is tested on a CPU against FusedDecoder and transformers.

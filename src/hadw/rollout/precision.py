@@ -2,7 +2,7 @@
 
 Why: bf16 autocast pays only where the hardware multiplies bf16 itself. On a CPU with AVX512-BF16 or AMX (Intel
 Sapphire Rapids and later, AMD Zen 4 and later) a 135M-shaped bf16 matmul ran at ×4-7 the float32 rate
-(benchmarks/real_model_step.md); on a CPU without them oneDNN converts bf16 to float32 around each multiply, and
+(benchmarks/speed/real_model_step.md); on a CPU without them oneDNN converts bf16 to float32 around each multiply, and
 the conversions cost more than the halved memory traffic saves. A GPU with bf16 (Ampere and later) always gains.
 """
 

@@ -21,9 +21,9 @@ ARMS = ("grpo", "grpo_lam", "hadw", "hadw_norm", "hadw_oracle", "debiased")
 MODELS = ("softmax", "logit")
 OPTIMIZERS = ("adamw", "sgd")
 # The learning rate `lr=None` stands for, per (model, optimiser): calibrated so that GRPO on the default population
-# (the tiny model's `sums` 2-4 testbed, benchmarks/archive/sim_vs_trainer.md) ends where the tiny model's GRPO ends
-# (AdamW: the trainer's defaults; SGD: optim.lr=0.01 with the clip off, a one-seed pilot; the logit model: its old
-# default).
+# (the tiny model's `sums` 2-4 testbed, benchmarks/studies/sim_vs_trainer/sim_vs_trainer.md) ends where the tiny
+# model's GRPO ends (AdamW: the trainer's defaults; SGD: optim.lr=0.01 with the clip off, a one-seed pilot; the logit
+# model: its old default).
 DEFAULT_LR = {("softmax", "adamw"): 3e-4, ("softmax", "sgd"): 0.0012, ("logit", "sgd"): 0.5}
 
 
@@ -31,8 +31,8 @@ DEFAULT_LR = {("softmax", "adamw"): 3e-4, ("softmax", "sgd"): 0.0012, ("logit", 
 class SimSettings:
     """Every knob of `hadw sim`. The defaults are the tiny model's `sums` 2-4 testbed as the native trainer runs it
     (the demo's recipe: 16 prompts × G = 8 per step in mini-batches of 4, 200 steps, AdamW with warm-up 5 and clip
-    1.0), the population calibrated to its warm start (benchmarks/archive/sim_vs_trainer.md); 20 seeds × 6 arms run
-    in well under a minute on 2 cores."""
+    1.0), the population calibrated to its warm start (benchmarks/studies/sim_vs_trainer/sim_vs_trainer.md); 20 seeds
+    × 6 arms run in well under a minute on 2 cores."""
 
     model: str = "softmax"  # softmax (K answers, shared parameters, the trainer's optimiser) | logit (the old model)
     # Prompts per level and each level's logit offset (harder levels: lower offset): the logit of a level's

@@ -45,8 +45,8 @@ from hadw.core.weighting import NORMALIZE
 from hadw.sim.arms import ARMS, DEFAULT_LR, MODELS, OPTIMIZERS, SimSettings, observe_anchors, step_weights
 from hadw.sim.softmax import run_arm_softmax
 
-# The tiny model's paired SD of a final avg@k difference between two arms (points of accuracy / 100), measured
-# over 20 seeds on the `sums` 2-4 testbed (benchmarks/archive/hadw_effect.md): what `seeds needed` assumes by default.
+# The tiny model's paired SD of a final avg@k difference between two arms (points of accuracy / 100), measured over
+# 20 seeds on the `sums` 2-4 testbed (benchmarks/studies/hadw_effect/hadw_effect.md): what `seeds needed` assumes.
 TINY_PAIRED_SD = 0.013
 
 

@@ -15,8 +15,8 @@ from hadw.sim.engine import TINY_PAIRED_SD, SimResult
 # Printed with every SGD prediction (and written to --json): the pre-registered check on the tiny model found the
 # sim's SGD predictions wrong in sign near the model's stability edge, which the sim cannot represent.
 SGD_CAVEAT = (
-    "SGD predictions failed their pre-registered check on the tiny model (benchmarks/archive/sim_vs_trainer.md, "
-    "sums 2-4, "
+    "SGD predictions failed their pre-registered check on the tiny model "
+    "(benchmarks/studies/sim_vs_trainer/sim_vs_trainer.md, sums 2-4, "
     "lr 0.01 without clip): HA-DW - GRPO was predicted +0.047 and measured -0.089 [-0.191, +0.012] over 10 seeds, "
     "with 1 of 10 GRPO and 3 of 10 HA-DW runs collapsing. The sim has no instability or collapse (its learning "
     "rises with the step size), so under SGD it is not a prediction for step sizes near a model's stability edge: "
