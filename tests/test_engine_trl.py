@@ -260,3 +260,16 @@ def test_a_run_that_cannot_start_says_so_before_anything_is_written(tmp_path):
         out = _hadw("train", "engine=trl", *bad, f"train.output_dir={run}", cwd=tmp_path, check=False)
         assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert not run.exists()
+
+
+def test_the_readme_quotes_the_engine_agreement_as_its_rebuilt_table_says():
+    """The README's figure is the results table's (which tests/test_raw_tables.py rebuilds from the raw file)."""
+    import re
+
+    results = (ROOT / "benchmarks/studies/engine_agreement/results.md").read_text()
+    row = next(line for line in results.splitlines() if line.startswith("| tiny_engine |"))
+    mean, low, high = (float(x) for x in re.findall(r"[-+]\d\.\d{4}", row.split("|")[5]))
+    quoted = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]".replace("-", "−")  # the README writes a minus sign
+    readme = (ROOT / "README.md").read_text()
+    assert quoted.lstrip("+") in readme or quoted in readme, quoted
+    assert "equivalent within ±0.03" in row and "equivalent within ±0.03" in readme

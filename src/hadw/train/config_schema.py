@@ -82,7 +82,7 @@ class ModelConfig:
     # bfloat16 | auto (bfloat16 where the device multiplies bf16 natively: a GPU with bf16, a CPU with AVX512-BF16
     # or AMX; else float32). bfloat16 is TRL's `bf16=True` and verl's default on GPU; on a CPU without native bf16
     # it is slower. Master weights stay float32 either way. float32 by default: the demo and every shipped figure
-    # reproduce to the digit only in float32 (benchmarks/bf16_equivalence asks whether bf16 learns the same).
+    # reproduce to the digit only in float32 (benchmarks/studies/bf16_equivalence asks whether bf16 learns the same).
     compute_dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -179,8 +179,8 @@ class RolloutConfig:
     # How the prompt and the tokens after it run: auto (hadw's fused loop for float32 Llama / Qwen2 on a CPU,
     # where per-op overhead bounds speed; transformers' forward elsewhere) | fused | graph (the fused step with
     # static shapes, one CUDA graph replay per token on a GPU, where kernel launches bound speed; opt-in, not
-    # yet measured on a GPU: benchmarks/rollout_gpu.py) | hf (transformers' forward). Same samples either way
-    # up to float rounding (log-probs agree to ~1e-6 in float32); benchmarks/roofline.py.
+    # yet measured on a GPU: benchmarks/speed/rollout_gpu.py) | hf (transformers' forward). Same samples either way
+    # up to float rounding (log-probs agree to ~1e-6 in float32); benchmarks/speed/roofline.py.
     decoder: str = "auto"
 
 

@@ -13,7 +13,7 @@ Why each value (TRL's GRPOConfig and the paper, scaled to a laptop's CPU; docs/t
                                    The paper's 4096 is for long chains of thought on GPUs
     optim.lr                1e-5   TRL's and the paper's 1e-6 are for batches of 256+ responses over hundreds of
                                    steps; 32 responses a step over tens of steps moved SmolLM2-135M at 1e-5
-                                   (benchmarks/real_model_rl.md) and barely at 1e-6
+                                   (benchmarks/studies/real_model_rl/real_model_rl.md) and barely at 1e-6
     train.prompts_per_step  4      × G = 8: 32 responses a step (a CPU step of a 135M model: about a minute)
     train.mini_batch_prompts 2     2 optimiser steps per rollout batch (the paper: 16 per batch)
     train.steps             100    TRL's epochs over a small dataset; stop and --resume any time

@@ -4,7 +4,7 @@ Why files and not a recipe: SFT of the tiny model is chaotic in floating-point s
 and data give another model on another CPU's kernels: on an AVX2 machine the demo's SFT stopped at greedy 0.330
 (L3 / L4 at 0.08) where an AVX-512 one reached 0.495, and RL from the weaker start learned almost nothing (+0.010
 against +0.133). A file is the same everywhere; what RL does from it still varies with the kernels, within the range
-the README states (benchmarks/demo_results.md).
+the README states (benchmarks/studies/demo_range/demo_results.md).
 
 Each start is a `save_pretrained` folder `warm_starts/<name>/` (~3.3 MB) with an entry in `warm_starts/manifest.json`:
 how it was made (task, levels, SFT seed, target, level floor), what it reached (steps, greedy accuracy overall and
