@@ -235,7 +235,7 @@ def _without_threads(config_yaml: str) -> str:
 def _check_same_config(spec: RunSpec, cfg) -> None:
     """A reused or resumed run must have been made with the same config; else the comparison is silently wrong."""
     from hadw.train.config import config_to_yaml
-    from hadw.train.resume import portable
+    from hadw.train.result import portable
 
     stored = spec.run_dir / "config.yaml"
     # as the run wrote it (paths relative to itself), or as a run of an earlier version did (paths as given)

@@ -62,7 +62,7 @@ def train(
         return
     # after the config: a mistake in it is one line without transformers (tests/test_cli_startup.py)
     from hadw.train.engines import train_run
-    from hadw.train.trainer import NonFiniteLossError
+    from hadw.train.result import NonFiniteLossError
 
     _quiet_transformers()
     from hadw.train.model_defaults import start_line

@@ -22,26 +22,11 @@ from hadw.train.checkpoint import (
 )
 from hadw.train.config import Config
 from hadw.train.policy_setup import warmup_lambda
+from hadw.train.result import portable, with_paths  # noqa: F401  (hadw.train.resume's, as before)
 from hadw.train.run_dir import RunDirError, check_trained_parameters_kept, config_differences, holds_run, saved_config
 
 # Config keys whose change makes a saved anchor history incompatible.
 ANCHOR_SETTINGS = ("hadw.anchor", "hadw.window_k", "hadw.kalman", "hadw.ema", "hadw.fixed", "hadw.prompt")
-
-
-def with_paths(cfg: Config, convert) -> Config:
-    """cfg with convert(value) applied to every path key (RUN_PATH_KEYS)."""
-    from dataclasses import replace
-
-    for key in RUN_PATH_KEYS:
-        section, name = key.split(".")
-        part = getattr(cfg, section)
-        cfg = replace(cfg, **{section: replace(part, **{name: convert(getattr(part, name))})})
-    return cfg
-
-
-def portable(cfg: Config, run_dir: Path) -> Config:
-    """The config as a run in `run_dir` records it (config.yaml, checkpoints): local paths relative to the run."""
-    return with_paths(cfg, lambda value: portable_path(value, run_dir))
 
 
 class ResumeChecks:

@@ -50,23 +50,11 @@ from hadw.train.held_out import evaluate_held_out
 from hadw.train.metrics_log import MetricsLogger
 from hadw.train.policy_setup import PolicySetup, _check_master_weights, make_optimizer, warmup_lambda
 from hadw.train.prompts import PromptSource
+from hadw.train.result import NonFiniteLossError, TrainResult
 from hadw.train.resume import ResumeChecks
 from hadw.train.run_dir import claim_run_dir
 from hadw.train.stopping import Interrupted, SignalStops  # noqa: F401  (Interrupted: hadw.train.trainer's, as before)
 from hadw.train.watch import REWARD_ERRORS_FILE, RunWatch, measured_no_signal_causes  # noqa: F401  (as before)
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss or gradient became NaN/inf; the run stops before the optimiser step corrupts the model."""
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    steps: int
-    final_eval: dict[str, dict[str, float]] | None
-    # the reward failed on every completion of the final evaluation ("kind: message"): final_eval has no accuracy
-    eval_failure: str | None = None
 
 
 @dataclass

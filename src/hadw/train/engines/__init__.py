@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hadw.train.config import Config
-    from hadw.train.trainer import TrainResult
+    from hadw.train.result import TrainResult
 
 ENGINES = ("native", "trl")
 

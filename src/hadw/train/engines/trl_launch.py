@@ -81,7 +81,7 @@ def launch_command(cfg: Config, run_dir: Path, checkpoint: Path | None) -> list[
 def _resume_point(cfg: Config, run_dir: Path, accept_changes: bool) -> Path | None:
     """--resume: the newest TRL checkpoint (None: restart a run stopped before its first one); the settings must be
     the saved run's unless accepted."""
-    from hadw.train.resume import portable
+    from hadw.train.result import portable
 
     diffs = config_differences(saved_config(run_dir), portable(cfg, run_dir).to_dict(), Config().to_dict())
     if diffs and not accept_changes:
@@ -149,11 +149,10 @@ def _run_worker(command: list[str]) -> int:
 def train_trl(cfg: Config, resume: bool = False, overwrite: bool = False, accept_changes: bool = False):
     """Train cfg with TRL; returns hadw.train.trainer.TrainResult. Raises UserError (one line), Interrupted (a stop
     signal: the run saved a checkpoint), TRLWorkerError."""
+    from hadw.errors import SignalStop
     from hadw.eval.run_recipe import RUN_PATH_KEYS, write_run_paths
     from hadw.safe_files import atomic_write_text
-    from hadw.train.resume import portable
-    from hadw.train.stopping import Interrupted
-    from hadw.train.trainer import TrainResult
+    from hadw.train.result import TrainResult, portable
 
     cfg = resolve_recipe(cfg)
     run_dir = Path(cfg.train.output_dir).absolute()
@@ -177,7 +176,7 @@ def train_trl(cfg: Config, resume: bool = False, overwrite: bool = False, accept
         found = trl_checkpoints(run_dir)
         where = f"last checkpoint {found[-1]}" if found else "no checkpoint yet (a resume restarts from step 0)"
         command = f"hadw train {run_dir / 'config.yaml'} --resume"
-        raise Interrupted(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
+        raise SignalStop(f"{signal.Signals(signum).name}: stopped; {where}; resume with: {command}", signum)
     if error.is_file() and not error.is_symlink():
         raise UserError(error.read_text(encoding="utf-8").strip().splitlines()[0])
     if code != 0:
