@@ -163,6 +163,7 @@ def test_two_gloo_ranks_give_a_run_folder_every_command_reads(tmp_path):
     assert final["all"][M.COUNT] == 40 and 0 < final["all"][M.GREEDY] < 1  # the warm start answers some
     assert len(M.read_eval_problems(run)) == 40
     assert not (run / "README.md").exists()  # TRL's model card is not left in the run folder
+    assert not {"training_args.bin", "README.md"} & {p.name for p in (run / "final_model").iterdir()}  # no pickle
 
     # hadw eval RUN_DIR reproduces the trainer's final greedy accuracy (the run's own data, template and reward)
     ev = _hadw("eval", str(run), "--json", str(tmp_path / "eval.json"), cwd=tmp_path)
@@ -273,3 +274,17 @@ def test_the_readme_quotes_the_engine_agreement_as_its_rebuilt_table_says():
     readme = (ROOT / "README.md").read_text()
     assert quoted.lstrip("+") in readme or quoted in readme, quoted
     assert "equivalent within ±0.03" in row and "equivalent within ±0.03" in readme
+
+
+@pytest.mark.slow
+def test_lora_on_the_trl_engine_saves_the_adapter_with_its_base_record(tmp_path):
+    """model.lora.enabled under engine=trl: hadw's adapters (peft), final_model/ is the adapter with the base's
+    fingerprint record, and `hadw eval RUN_DIR` (which refuses an adapter without one) reproduces the final score."""
+    run = tmp_path / "run"
+    _hadw("train", *_recipe(tmp_path, f"train.output_dir={run}", "model.lora.enabled=true", "train.steps=2"),
+          cwd=tmp_path)  # fmt: skip
+    names = {p.name for p in (run / "final_model").iterdir()}
+    assert {"adapter_model.safetensors", "hadw_base_model.json"} <= names and "model.safetensors" not in names
+    _hadw("eval", str(run), "--json", str(tmp_path / "eval.json"), cwd=tmp_path)
+    again = json.loads((tmp_path / "eval.json").read_text())["buckets"]["all"]["greedy"]
+    assert again == pytest.approx(M.read_run(run).final_eval["all"][M.GREEDY], abs=1e-12)

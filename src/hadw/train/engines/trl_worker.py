@@ -261,15 +261,12 @@ def train(run_dir: Path, resume_from: str | None) -> int:
             run_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project, cfg.to_dict(), resume_step
         )
     callback = _callback(cfg, run_dir, layout, rewards, stats, logger, eval_problems)
-    peft_config = None
-    if cfg.model.lora.enabled:
-        from peft import LoraConfig
+    start = start_model(cfg)
+    if cfg.model.lora.enabled:  # hadw's adapters (the native ones: the base's fingerprint is saved beside them)
+        from hadw.rollout.lora import LoraSettings, add_lora
 
         lo = cfg.model.lora
-        modules = lo.target_modules if lo.target_modules == "all-linear" else lo.target_modules.split(",")
-        peft_config = LoraConfig(
-            r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout, target_modules=modules, task_type="CAUSAL_LM"
-        )
+        model = add_lora(model, LoraSettings(lo.rank, lo.alpha, lo.dropout, lo.target_modules), start)
     trainer = HADWGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -277,7 +274,6 @@ def train(run_dir: Path, resume_from: str | None) -> int:
         args=args,
         train_dataset=dataset,
         callbacks=[callback],
-        peft_config=peft_config,
     )
     callback.trainer = trainer
     _native_schedule(trainer, cfg.optim.warmup_steps)
@@ -322,6 +318,11 @@ def _finish(cfg, run_dir: Path, trainer, tokenizer, logger, eval_problems: list)
     tmp = run_dir / ".final_model.tmp"
     trainer.save_model(str(tmp))  # every rank: under ZeRO-3 the weights are gathered
     if is_main():
+        from hadw.rollout.lora import write_base_record
+
+        write_base_record(trainer.accelerator.unwrap_model(trainer.model), tmp)  # a LoRA adapter: its base
+        for extra in ("training_args.bin", "README.md"):  # transformers' pickle of its arguments, TRL's model card:
+            (tmp / extra).unlink(missing_ok=True)  # a model folder holds neither (nothing in one is unpickled)
         card = run_dir / "README.md"  # TRL's model card, written beside the checkpoints: a run folder has none
         if card.is_file() and not card.is_symlink() and card.read_text(errors="replace").startswith(MODEL_CARD):
             card.unlink()
