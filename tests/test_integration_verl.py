@@ -426,3 +426,17 @@ def test_start_up_refuses_multi_turn_and_warns_on_filter_groups(caplog, tmp_path
         for _ in range(2):
             compute_grpo_hadw_outcome_advantage(rewards, torch.ones(G, 3), np.array(["a"] * G), config=config)
     assert caplog.text.count("filter_groups.enable=true") == 1
+
+
+def test_docs_model_merger_command_parses_with_verls_own_parser(monkeypatch):
+    """docs/verl.md's `python -m verl.model_merger merge ...` line is accepted by verl 0.9.1's argument parser."""
+    from verl.model_merger.base_model_merger import parse_args
+
+    text = (REPO_ROOT / "docs" / "verl.md").read_text()
+    start = text.index("python -m verl.model_merger merge")
+    command = text[start : text.index("\n", text.index("--target_dir", start))].replace("\\\n", " ").split()
+    assert command[:3] == ["python", "-m", "verl.model_merger"]
+    monkeypatch.setattr(sys, "argv", ["verl.model_merger", *command[3:]])
+    args = parse_args()
+    assert (args.operation, args.backend) == ("merge", "fsdp")
+    assert args.local_dir == "$CKPT_DIR/global_step_300/actor" and args.target_dir.endswith("hadw-step300")
