@@ -1,8 +1,12 @@
 """The `grpo_hadw` verl estimator against verl's own code (verl from scripts/setup_verl.sh, CPU, offline).
 
-verl is not installed in the project venv; scripts/setup_verl.sh puts verl and the few packages its
-estimator module imports into .venv-verl, which is appended to sys.path here (the main venv's packages
-win). Without it, the whole module is skipped with the reason.
+verl is not installed in the project venv; scripts/setup_verl.sh puts verl and the light packages that
+core_algos, ray_trainer, v1/utils and utils.tracking import into .venv-verl, which is appended to sys.path
+here (the main venv's packages win). Without it, the whole module is skipped with the reason.
+
+Every grpo_hadw call goes through verl's own trainer code: ray_trainer.compute_advantage on a DataProto, or
+the v1 trainer's compute_advantage_for_multi_trajectories; the references are verl's built-in `grpo` through
+the same functions.
 """
 
 from __future__ import annotations
