@@ -1,8 +1,12 @@
 """The `grpo_hadw` verl estimator against verl's own code (verl from scripts/setup_verl.sh, CPU, offline).
 
-verl is not installed in the project venv; scripts/setup_verl.sh puts verl and the few packages its
-estimator module imports into .venv-verl, which is appended to sys.path here (the main venv's packages
-win). Without it, the whole module is skipped with the reason.
+verl is not installed in the project venv; scripts/setup_verl.sh puts verl and the light packages that
+core_algos, ray_trainer, v1/utils and utils.tracking import into .venv-verl, which is appended to sys.path
+here (the main venv's packages win). Without it, the whole module is skipped with the reason.
+
+Every grpo_hadw call goes through verl's own trainer code: ray_trainer.compute_advantage on a DataProto, or
+the v1 trainer's compute_advantage_for_multi_trajectories; the references are verl's built-in `grpo` through
+the same functions.
 """
 
 from __future__ import annotations
@@ -27,17 +31,39 @@ def _import_verl():
     estimator_loaded_before = "hadw.integrations.verl.estimator" in sys.modules
     try:
         import verl.trainer.ppo.core_algos as core_algos
-    except Exception as e:  # ImportError, or a broken partial install
+        import verl.trainer.ppo.ray_trainer as ray_trainer
+    except Exception as e:  # ImportError, or a broken partial install (an old .venv-verl: rerun the script)
         pytest.skip(
             f"verl not importable ({type(e).__name__}: {e}); run scripts/setup_verl.sh", allow_module_level=True
         )
-    return core_algos, estimator_loaded_before
+    return core_algos, ray_trainer, estimator_loaded_before
 
 
-core_algos, ESTIMATOR_PRELOADED = _import_verl()
+def _import_verl_v1_utils():
+    """verl.trainer.ppo.v1.utils (the v1 trainer's compute_advantage_for_multi_trajectories), run as shipped.
+
+    Its package's __init__ imports the whole v1 trainer, whose agent loop imports hydra; hydra-core 1.3.8's
+    generated grammar needs antlr4-python3-runtime 4.9 and this venv has 4.13 (an ATN version error on import).
+    So the package `verl.trainer.ppo.v1` is registered as a plain package of its real folder, without running
+    that __init__; utils.py and what it imports (replay_buffer, ray_trainer, transfer_queue) are verl's own."""
+    import importlib
+    import types
+
+    name = "verl.trainer.ppo.v1"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(Path(core_algos.__file__).parent / "v1")]
+        sys.modules[name] = package
+    return importlib.import_module(f"{name}.utils")
+
+
+core_algos, ray_trainer, ESTIMATOR_PRELOADED = _import_verl()
+v1_utils = _import_verl_v1_utils()
 REGISTERED_BY_VERL_ITSELF = "grpo_hadw" in core_algos.ADV_ESTIMATOR_REGISTRY
 
 from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
 
 from hadw.core import (  # noqa: E402
     HADWOptions,
@@ -84,16 +110,42 @@ def algorithm(**hadw) -> OmegaConf:
     return OmegaConf.create({"adv_estimator": "grpo_hadw", "norm_adv_by_std_in_grpo": True, "hadw": hadw})
 
 
-def call_like_verl(config, rewards, mask, uids):
-    # verl/trainer/ppo/ray_trainer.py compute_advantage, branch for registered estimators: only these kwargs.
-    fn = core_algos.get_adv_estimator_fn("grpo_hadw")
-    return fn(token_level_rewards=rewards, response_mask=mask, index=uids, config=config)
+def data_proto(rewards, mask, uids) -> DataProto:
+    """The batch verl's trainer hands compute_advantage: tensors plus the per-response prompt `uid`."""
+    tensors = {"token_level_rewards": rewards.clone(), "response_mask": mask.clone()}
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uids.copy()})
+
+
+def verl_compute_advantage(config, rewards, mask, uids, estimator="grpo_hadw"):
+    """verl's own ray_trainer.compute_advantage, called as its trainers call it (config = the algorithm node;
+    norm_adv_by_std_in_grpo reaches built-in GRPO as an argument, grpo_hadw through the config)."""
+    data = ray_trainer.compute_advantage(
+        data_proto(rewards, mask, uids),
+        adv_estimator=estimator,
+        norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True),
+        config=config,
+    )
+    return data.batch["advantages"], data.batch["returns"]
+
+
+def verl_compute_advantage_v1(config, rewards, mask, uids, estimator="grpo_hadw", batch_keys=None):
+    """The v1 trainer's path (PPOTrainer._compute_advantage): compute_advantage_for_multi_trajectories, with
+    its batch keys "{uid}_{session_id}_{output index}" (one output per session unless given)."""
+    keys = batch_keys if batch_keys is not None else [f"{uid}_{i}_0" for i, uid in enumerate(uids)]
+    data = v1_utils.compute_advantage_for_multi_trajectories(
+        data_proto(rewards, mask, uids),
+        batch_keys=keys,
+        adv_estimator=estimator,
+        norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True),
+        config=config,
+    )
+    return data.batch["advantages"], data.batch["returns"]
 
 
 def verl_grpo(rewards, mask, uids, norm=True):
-    return core_algos.get_adv_estimator_fn("grpo")(
-        token_level_rewards=rewards, response_mask=mask, index=uids, norm_adv_by_std_in_grpo=norm
-    )
+    """verl's built-in `grpo` through the same compute_advantage (its AdvantageEstimator.GRPO branch)."""
+    config = OmegaConf.create({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": norm})
+    return verl_compute_advantage(config, rewards, mask, uids, estimator=AdvantageEstimator.GRPO)
 
 
 def test_plugin_registered_by_verl_entry_point():
@@ -126,7 +178,7 @@ def test_lambda_one_zero_margin_equals_verl_grpo(seed):
     correct = torch.cat([torch.randperm(G, generator=gen) < 3 for _ in range(6)])
     rewards, mask, uids, _, _ = rollout_batch(correct, seed)
     config = algorithm(lam=1.0, anchor="fixed", anchor_options={"value": 3 / 8})
-    adv, returns = call_like_verl(config, rewards, mask, uids)
+    adv, returns = verl_compute_advantage(config, rewards, mask, uids)
     ref_adv, ref_returns = verl_grpo(rewards, mask, uids)
     assert torch.equal(adv, ref_adv) and torch.equal(returns, ref_returns)
     assert adv.abs().sum() > 0
@@ -138,7 +190,7 @@ def test_disabled_equals_verl_grpo_on_random_rewards(norm):
     rewards, mask, uids, _, _ = rollout_batch(correct, 7, shaped=True)
     config = algorithm(enable=False)
     config.norm_adv_by_std_in_grpo = norm  # Dr. GRPO when False: verl passes it only through the config
-    adv, _ = call_like_verl(config, rewards, mask, uids)
+    adv, _ = verl_compute_advantage(config, rewards, mask, uids)
     assert torch.equal(adv, verl_grpo(rewards, mask, uids, norm=norm)[0])
     assert STORE.anchor.state_dict()["history"] == pytest.approx([float(correct.float().mean())])
 
@@ -153,7 +205,7 @@ def test_enabled_equals_hadw_core(anchor, options, tmp_path):
         p = [0.2, 0.5, 0.8][step]
         correct = torch.rand(6 * G, generator=torch.Generator().manual_seed(step)) < p
         rewards, mask, uids, correct_f, score = rollout_batch(correct, step, shaped=True)
-        adv, _ = call_like_verl(config, rewards, mask, uids)
+        adv, _ = verl_compute_advantage(config, rewards, mask, uids)
 
         ids = torch.as_tensor(np.unique(uids.astype(str), return_inverse=True)[1])
         base = compute_advantages(score, ids, std="sample", std_floor=0.0, eps=VERL_EPS).advantages
@@ -177,16 +229,16 @@ def test_normalize_batch_equals_hadw_core_and_cancels_lambda():
     got = {}
     for lam in (1.0, 2.0):
         STORE.reset()
-        got[lam], _ = call_like_verl(algorithm(lam=lam, normalize="batch"), rewards, mask, uids)
+        got[lam], _ = verl_compute_advantage(algorithm(lam=lam, normalize="batch"), rewards, mask, uids)
     want = apply_hadw(base, correct_f, ids, make_anchor("window"), lam=2.0, normalize="batch")
     torch.testing.assert_close(got[2.0], want.advantages.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-6)
     assert float(want.weights[base != 0].mean()) == pytest.approx(1.0, abs=1e-6)
     torch.testing.assert_close(got[1.0], got[2.0], rtol=1e-5, atol=1e-6)
     STORE.reset()
-    plain, _ = call_like_verl(algorithm(lam=2.0), rewards, mask, uids)
+    plain, _ = verl_compute_advantage(algorithm(lam=2.0), rewards, mask, uids)
     assert not torch.allclose(plain, got[2.0], rtol=1e-3)  # without normalize, λ = 2 doubles the advantages
     with pytest.raises(ValueError, match="normalize='mean' is not allowed; allowed: none, batch"):
-        call_like_verl(algorithm(normalize="mean"), rewards, mask, uids)
+        verl_compute_advantage(algorithm(normalize="mean"), rewards, mask, uids)
 
 
 def test_options_are_validated():
@@ -220,7 +272,7 @@ def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):
     assert isinstance(callback, HADWCheckpointCallback) and STORE.state_dict() is None
     batches = [rollout_batch(torch.rand(4 * G, generator=torch.Generator().manual_seed(s)) < 0.5, s) for s in range(3)]
     for rewards, mask, uids, _, _ in batches[:2]:
-        call_like_verl(config.algorithm, rewards, mask, uids)
+        verl_compute_advantage(config.algorithm, rewards, mask, uids)
     step_dir = tmp_path / "global_step_2"
     callback.on_save(trainer=None, global_step=2, checkpoint_dir=str(step_dir))
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")  # what verl writes after a save
@@ -230,7 +282,7 @@ def test_checkpoint_callback_saves_and_restores_anchor(tmp_path):
     STORE.reset()  # a new driver process
     build_checkpoint_callback(config)
     rewards, mask, uids, correct, _ = batches[2]
-    call_like_verl(config.algorithm, rewards, mask, uids)
+    verl_compute_advantage(config.algorithm, rewards, mask, uids)
     assert STORE.anchor.state_dict()["history"] == pytest.approx([*saved["history"], float(correct.mean())])
 
     STORE.reset()
@@ -289,9 +341,67 @@ def test_multi_output_sessions_are_refused():
     keys, so unequal group sizes (a multi-output session) are refused instead of mis-counted."""
     rewards, mask = torch.zeros(5, 3), torch.ones(5, 3)
     rewards[0, -1] = 1.0
+    uids = np.array(["a", "a", "a", "b", "b"], dtype=object)
     with pytest.raises(ValueError, match=r"groups of unequal size \(2\.\.3 rows per uid\)"):
-        call_like_verl(algorithm(), rewards, mask, np.array(["a", "a", "a", "b", "b"], dtype=object))
+        verl_compute_advantage(algorithm(), rewards, mask, uids)
+    # verl's v1 path: uid a = one 2-output session + one 1-output session; v1 hands grpo_hadw every row
+    keys = ["a_0_0", "a_0_1", "a_1_0", "b_0_0", "b_1_0"]
+    with pytest.raises(ValueError, match=r"groups of unequal size \(2\.\.3 rows per uid\)"):
+        verl_compute_advantage_v1(algorithm(), rewards, mask, uids, batch_keys=keys)
+    verl_grpo_v1, _ = verl_compute_advantage_v1(algorithm(), rewards, mask, uids, AdvantageEstimator.GRPO, keys)
+    assert torch.equal(verl_grpo_v1[0], verl_grpo_v1[1])  # built-in grpo: the session's final output, broadcast
     STORE.reset()
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_v1_multi_trajectory_path_disabled_equals_verl_grpo(norm):
+    """verl 0.9.1's v1 trainer (trainer.use_v1) computes advantages with compute_advantage_for_multi_trajectories:
+    built-in GRPO on each session's final output, broadcast; any other estimator through compute_advantage.
+    With one output per session (single-turn) grpo_hadw with HA-DW off equals its `grpo` bit for bit."""
+    correct = torch.rand(6 * G, generator=torch.Generator().manual_seed(11)) < 0.45
+    rewards, mask, uids, correct_f, _ = rollout_batch(correct, 11, shaped=True)
+    config = algorithm(enable=False)
+    config.norm_adv_by_std_in_grpo = norm
+    adv, returns = verl_compute_advantage_v1(config, rewards, mask, uids)
+    ref_adv, ref_returns = verl_compute_advantage_v1(config, rewards, mask, uids, AdvantageEstimator.GRPO)
+    assert torch.equal(adv, ref_adv) and torch.equal(returns, ref_returns)
+    assert ref_adv.abs().sum() > 0
+    assert STORE.anchor.state_dict()["history"] == pytest.approx([float(correct_f.mean())])  # grpo_hadw ran
+    STORE.reset()
+    on, _ = verl_compute_advantage_v1(algorithm(lam=1.3), rewards, mask, uids)
+    STORE.reset()
+    torch.testing.assert_close(on, verl_compute_advantage(algorithm(lam=1.3), rewards, mask, uids)[0])
+    assert not torch.allclose(on, ref_adv, rtol=1e-3)  # HA-DW on: Φ really changed them
+
+
+def test_hadw_metrics_reach_verls_tracking_with_the_step(tmp_path, monkeypatch):
+    """verl's trainer logs one dict per step with Tracking.log(data=metrics, step=global_steps). An estimator
+    returns tensors only and is not given that dict, so the hadw/* scalars of each step are STORE.last_metrics
+    (and metrics_file); here they go through verl's own reduce_metrics and Tracking (its `file` backend, as
+    trainer.logger=[file]) with the step, and come back unchanged."""
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.tracking import Tracking
+
+    path = tmp_path / "verl_metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    tracking = Tracking(project_name="hadw", experiment_name="metrics", default_backend=["file"])
+    sent = {}
+    for step in (1, 2, 3):
+        correct = torch.rand(4 * G, generator=torch.Generator().manual_seed(step)) < [0.2, 0.5, 0.8][step - 1]
+        rewards, mask, uids, correct_f, _ = rollout_batch(correct, step)
+        verl_compute_advantage(algorithm(lam=1.3), rewards, mask, uids)
+        assert STORE.last_metrics["hadw/batch_accuracy"] == pytest.approx(float(correct_f.mean()))
+        metrics = {"critic/score/mean": float(correct_f.mean()), **STORE.last_metrics}
+        sent[step] = reduce_metrics({k: [v] for k, v in metrics.items()})
+        tracking.log(data=sent[step], step=step)
+    tracking.logger["file"].finish()
+    logged = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [entry["step"] for entry in logged] == [1, 2, 3]
+    for entry in logged:
+        hadw_keys = {k for k in entry["data"] if k.startswith("hadw/")}
+        assert hadw_keys >= {"hadw/anchor", "hadw/batch_accuracy", "hadw/phi_mean", "hadw/phi_min", "hadw/phi_max"}
+        assert entry["data"] == pytest.approx(sent[entry["step"]])
+    assert logged[0]["data"]["hadw/anchor"] != logged[2]["data"]["hadw/anchor"]  # a per-step value, not a constant
 
 
 def test_start_up_refuses_multi_turn_and_warns_on_filter_groups(caplog, tmp_path):
@@ -320,3 +430,17 @@ def test_start_up_refuses_multi_turn_and_warns_on_filter_groups(caplog, tmp_path
         for _ in range(2):
             compute_grpo_hadw_outcome_advantage(rewards, torch.ones(G, 3), np.array(["a"] * G), config=config)
     assert caplog.text.count("filter_groups.enable=true") == 1
+
+
+def test_docs_model_merger_command_parses_with_verls_own_parser(monkeypatch):
+    """docs/verl.md's `python -m verl.model_merger merge ...` line is accepted by verl 0.9.1's argument parser."""
+    from verl.model_merger.base_model_merger import parse_args
+
+    text = (REPO_ROOT / "docs" / "verl.md").read_text()
+    start = text.index("python -m verl.model_merger merge")
+    command = text[start : text.index("\n", text.index("--target_dir", start))].replace("\\\n", " ").split()
+    assert command[:3] == ["python", "-m", "verl.model_merger"]
+    monkeypatch.setattr(sys, "argv", ["verl.model_merger", *command[3:]])
+    args = parse_args()
+    assert (args.operation, args.backend) == ("merge", "fsdp")
+    assert args.local_dir == "$CKPT_DIR/global_step_300/actor" and args.target_dir.endswith("hadw-step300")
