@@ -113,7 +113,9 @@ def report(path: Path | None, parser: argparse.ArgumentParser, args: argparse.Na
     if path is None:
         yield
         return
-    command = shlex.join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    script = Path(sys.argv[0]).resolve()  # its room too (benchmarks/speed/...), as run from the repository root
+    where = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path("benchmarks") / script.name
+    command = shlex.join(["python", str(where), *sys.argv[1:]])
     # The commit the run imported: read at the start, since the tree may change while a long run goes on.
     commit, hardware = _commit(), _hardware()
     started, load_before = datetime.datetime.now(datetime.UTC), _load()
