@@ -159,6 +159,12 @@ def _trl_overhead(out: str) -> str:
     return f"×{_mmm(*ratio)} per step by CPU time (target ≤ 1.05); the adapter's own work is {100 * float(share):.2f} %"
 
 
+def _trl_engine_overhead(out: str) -> str:
+    loop = _numbers(out, r"train loop \(wall\): engine=trl / bare TRL x")[:3]
+    cpu = _numbers(out, r"whole command \(CPU\): engine=trl / bare TRL x")[:3]
+    return f"train loop (transformers' `train_runtime`) engine=trl / bare ×{_mmm(*loop)}, whole command by CPU time ×{_mmm(*cpu)}"
+
+
 def _train_vs_trl_ratios(out: str) -> tuple[str, str]:
     """`×median [min–max]` by CPU time: natural, equal work."""
     cpu = re.findall(r"speed-up hadw/TRL .* by CPU\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+)", out)
@@ -260,6 +266,7 @@ BENCHMARK_FIGURES = {  # report -> docs/benchmarks.md's phrase, built from the r
     "speed/rollout_speed_tiny.md": lambda out: "tiny " + _rollout_speed(out),
     "speed/rollout_speed_5.6m.md": lambda out: "5.6 M " + _rollout_speed(out),
     "speed/trl_overhead.md": _trl_overhead,
+    "speed/trl_engine_overhead.md": _trl_engine_overhead,
     "speed/train_vs_trl_tiny.md": lambda out: "tiny model: " + _train_vs_trl(out),
     "speed/train_vs_trl_135m.md": lambda out: "135M shapes: " + _train_vs_trl(out),
     "speed/train_vs_trl_135m_bf16.md": _train_vs_trl_auto,

@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the benchmarks' shared helpers (bench_report, cpu_info)
 
 from bench_report import add_report_option, report  # noqa: E402
+from trl_cpu import add_precision_option, best_precision, hadw_overrides  # noqa: E402
 
 RECIPE = HERE.parent / "studies" / "tiny_testbed" / "recipe.yaml"
 # offline, and one thread a side for every pool (torch's intra-op threads, OpenMP, MKL): no side uses the other core
@@ -42,9 +43,12 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE"
 RUNTIME = re.compile(r"'train_runtime': '?([0-9.]+)")
 
 
+PRECISION: list[str] = []  # the raced precision's hadw override (trl_cpu.hadw_overrides): TRL's bf16 follows it
+
+
 def _overrides(steps: int, out: Path) -> list[str]:
     return [f"train.steps={steps}", "data.eval_size=0", "checkpoint.every=0", "logging.sample_every=0",
-            "logging.progress=off", f"train.output_dir={out}"]  # fmt: skip
+            "logging.progress=off", *PRECISION, f"train.output_dir={out}"]  # fmt: skip
 
 
 def bare(steps: int, out: Path) -> float:
@@ -98,7 +102,7 @@ def _hadw(steps: int, out: Path, engine: str) -> float:
 
 def _bare_in_a_process(steps: int, out: Path) -> float:
     env = os.environ | ENV
-    command = [sys.executable, __file__, "--child", str(out), "--steps", str(steps)]
+    command = [sys.executable, __file__, "--child", str(out), "--steps", str(steps), *(["--bf16"] if PRECISION else [])]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -112,7 +116,13 @@ def measure(args: argparse.Namespace) -> None:
     import transformers
     import trl
 
+    from hadw.train.config import load_config
+    from hadw.train.engines.trl_worker import start_model
+
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
+    choice = best_precision(args.precision, Path(start_model(load_config(RECIPE))))
+    PRECISION[:] = hadw_overrides(choice.precision)
+    print(f"precision: {choice.precision} ({choice.reason}); every side in it")
     print(f"recipe: {RECIPE.relative_to(HERE.parent.parent)} with {_overrides(args.steps, Path('OUT'))[:-1]}; "
           "HA-DW off; 1 torch thread a side; one process each (engine=trl: trl.num_processes=1)")  # fmt: skip
     times: dict[str, list[float]] = {"bare": [], "trl": [], "native": []}
@@ -144,9 +154,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="rollout batches a run (4 optimiser steps each)")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # the child's precision
+    add_precision_option(parser)
     add_report_option(parser)
     args = parser.parse_args()
     if args.child is not None:
+        PRECISION[:] = hadw_overrides("bf16" if args.bf16 else "fp32")
         print(bare(args.steps, args.child))
         return
     with report(args.report, parser, args):
