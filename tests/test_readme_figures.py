@@ -162,7 +162,8 @@ def _trl_overhead(out: str) -> str:
 def _trl_engine_overhead(out: str) -> str:
     loop = _numbers(out, r"train loop \(wall\): engine=trl / bare TRL x")[:3]
     cpu = _numbers(out, r"whole command \(CPU\): engine=trl / bare TRL x")[:3]
-    return f"train loop (transformers' `train_runtime`) engine=trl / bare ×{_mmm(*loop)}, whole command by CPU time ×{_mmm(*cpu)}"
+    loop_phrase = f"train loop (transformers' `train_runtime`) engine=trl / bare ×{_mmm(*loop)}"
+    return f"{loop_phrase}, whole command by CPU time ×{_mmm(*cpu)}"
 
 
 def _train_vs_trl_ratios(out: str) -> tuple[str, str]:
