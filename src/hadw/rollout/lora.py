@@ -97,6 +97,21 @@ def base_fingerprint(base: str | Path) -> str | None:
     hashed whole. Another model or other weights at the same path differ, also when they differ only in the middle
     of the file (the first fingerprint read its first and last MiB only). None for a Hub id or a path that is not a
     folder."""
+
+    def hash_file(f, path: Path, size: int, h) -> None:
+        if path.suffix == ".safetensors":
+            _sample_safetensors(f, size, h)
+        else:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
+
+    digest = _folder_digest(base, hash_file)
+    return None if digest is None else _V2 + digest
+
+
+def _folder_digest(base: str | Path, hash_file) -> str | None:
+    """sha256 over a model folder's config.json and, for each weights file, its name, size and what
+    hash_file(f, path, size, h) adds of it; None when `base` is not a model folder."""
     folder = Path(base)
     if not folder.is_dir() or not (folder / "config.json").is_file():
         return None
@@ -105,12 +120,8 @@ def base_fingerprint(base: str | Path) -> str | None:
         size = path.stat().st_size
         h.update(f"{path.name}:{size}".encode())
         with open(path, "rb") as f:
-            if path.suffix == ".safetensors":
-                _sample_safetensors(f, size, h)
-            else:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    h.update(block)
-    return _V2 + h.hexdigest()
+            hash_file(f, path, size, h)
+    return h.hexdigest()
 
 
 def _sample_safetensors(f, size: int, h) -> None:
@@ -146,18 +157,13 @@ def _sample_safetensors(f, size: int, h) -> None:
 
 def _edge_fingerprint(base: str | Path) -> str | None:
     """The first fingerprint (an adapter saved before "v2:"), to check such a record as it was written."""
-    folder = Path(base)
-    if not folder.is_dir() or not (folder / "config.json").is_file():
-        return None
-    h = hashlib.sha256((folder / "config.json").read_bytes())
-    for path in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
-        size = path.stat().st_size
-        h.update(f"{path.name}:{size}".encode())
-        with open(path, "rb") as f:
-            h.update(f.read(_EDGE))
-            f.seek(max(0, size - _EDGE))
-            h.update(f.read(_EDGE))
-    return h.hexdigest()
+
+    def edges(f, path: Path, size: int, h) -> None:
+        h.update(f.read(_EDGE))
+        f.seek(max(0, size - _EDGE))
+        h.update(f.read(_EDGE))
+
+    return _folder_digest(base, edges)
 
 
 def write_base_record(model, folder: Path) -> None:
