@@ -19,7 +19,10 @@ from hadw.train.metrics_log import MetricsLogger
 from hadw.train.trainer import Trainer
 
 DECLARED = {v for k, v in vars(M).items() if k.isupper() and isinstance(v, str) and "/" in v}
-PATTERNS = [re.compile(r"critic/score/L\w+"), re.compile(r"val/.+/(greedy|count|avg@\d+|pass@\d+)")]
+PATTERNS = [
+    re.compile(r"(critic/score|batch/degenerate_frac|hadw/phi_correct)/L\w+"),  # per level (hadw.metrics)
+    re.compile(r"val/.+/(greedy|count|avg@\d+|pass@\d+)"),
+]
 
 
 def _declared(key: str) -> bool:
@@ -168,3 +171,23 @@ def test_wandb_resumes_the_same_run(tmp_path, monkeypatch):
     MetricsLogger(tmp_path, wandb=True).close()
     MetricsLogger(tmp_path, wandb=True, resume_step=0).close()
     assert calls[0]["id"] == calls[1]["id"] == "id0" and calls[1]["resume"] == "allow"
+
+
+def test_each_level_reports_its_gradient_share_and_the_phi_of_its_correct_answers():
+    """batch/degenerate_frac/L<level> and hadw/phi_correct/L<level> (issue 50, item 6), checked on a planted batch:
+    level 1's group is all correct (no gradient), level 2's mixed, so only level 2 has a Φ of correct answers."""
+    import torch
+
+    from hadw.train.dynamic_sampling import level_metrics
+
+    levels = [1, 1, 2, 2, None, None]
+    degenerate = torch.tensor([True, True, False, False, False, False])
+    weights = torch.tensor([1.3, 1.3, 0.9, 2.0, 5.0, 5.0])
+    correct = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    out = level_metrics(levels, degenerate, weights, correct)
+    assert out == {M.degenerate_level(1): 1.0, M.degenerate_level(2): 0.0, M.phi_correct_level(2): 2.0}
+
+
+def test_a_run_with_levels_writes_them(finished_run):
+    keys = {k for r in M.read_run(finished_run).steps for k in r}
+    assert any(k.startswith("batch/degenerate_frac/L") for k in keys), sorted(keys)

@@ -85,6 +85,17 @@ def score_level(level: int | str) -> str:
     return f"critic/score/L{level}"
 
 
+def degenerate_level(level: int | str) -> str:
+    """Share of one level's groups whose rewards are all equal (no gradient): batch/degenerate_frac by level."""
+    return f"batch/degenerate_frac/L{level}"
+
+
+def phi_correct_level(level: int | str) -> str:
+    """Mean Φ over one level's correct responses in informative groups: whether HA-DW re-weighted that level's
+    correct answers (the paper's claim: up on hard prompts), beside hadw/anchor."""
+    return f"hadw/phi_correct/L{level}"
+
+
 # ----------------------------------------------------------------------------------------- rollouts
 RESPONSE_LENGTH_MEAN = "response_length/mean"
 RESPONSE_CLIP_RATIO = "response_length/clip_ratio"  # share of responses truncated at rollout.max_new_tokens

@@ -64,6 +64,23 @@ class Rollout:
         return out
 
 
+def level_metrics(
+    levels: list, degenerate: torch.Tensor, weights: torch.Tensor, correct: torch.Tensor
+) -> dict[str, float]:
+    """Per difficulty level: the share of responses in groups with no gradient (a group's responses share its flag,
+    so this is the share of its groups at equal G) and the mean Φ of its correct responses in informative groups.
+
+    levels: N levels (None: no level); degenerate, correct: [N] bool / 0-1; weights: [N] Φ."""
+    out = {}
+    for level in sorted({lv for lv in levels if lv is not None}, key=str):
+        rows = torch.tensor([lv == level for lv in levels])
+        out[M.degenerate_level(level)] = float(degenerate[rows].float().mean())
+        picked = rows & ~degenerate & (correct > 0.5)
+        if picked.any():  # no informative correct answer at this level this step: no Φ to report
+            out[M.phi_correct_level(level)] = float(weights[picked].mean())
+    return out
+
+
 def select_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
     """The batch restricted to `rows` ([K] long indices), in that order."""
     picked = {}

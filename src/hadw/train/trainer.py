@@ -44,7 +44,7 @@ from hadw.train.checkpoint import (
     save_checkpoint,
 )
 from hadw.train.config import Config, ConfigError, config_to_yaml, resolve_recipe
-from hadw.train.dynamic_sampling import Rollout, concat_rollouts, select_groups, select_rows
+from hadw.train.dynamic_sampling import Rollout, concat_rollouts, level_metrics, select_groups, select_rows
 from hadw.train.final_save import FinalSaves
 from hadw.train.held_out import evaluate_held_out
 from hadw.train.metrics_log import MetricsLogger
@@ -278,6 +278,8 @@ class Trainer(PolicySetup, ResumeChecks, SignalStops, FinalSaves, RunWatch):
         )
         metrics = dict(hadw.metrics)
         metrics[M.DEGENERATE_FRAC] = float(adv.degenerate.float().mean())
+        levels = [p.level for p in rollout.problems]
+        metrics |= level_metrics(levels, adv.degenerate, hadw.weights, rollout.rewards.correctness)
         final = scale_advantages(hadw.advantages, a.advantage_scale)
         metrics |= {M.ADV_MEAN: float(final.mean()), M.ADV_MAX: float(final.max()), M.ADV_MIN: float(final.min())}
         return final, metrics
