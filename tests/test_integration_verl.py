@@ -375,33 +375,40 @@ def test_v1_multi_trajectory_path_disabled_equals_verl_grpo(norm):
 
 
 def test_hadw_metrics_reach_verls_tracking_with_the_step(tmp_path, monkeypatch):
-    """verl's trainer logs one dict per step with Tracking.log(data=metrics, step=global_steps). An estimator
-    returns tensors only and is not given that dict, so the hadw/* scalars of each step are STORE.last_metrics
-    (and metrics_file); here they go through verl's own reduce_metrics and Tracking (its `file` backend, as
-    trainer.logger=[file]) with the step, and come back unchanged."""
+    """verl's trainer fills its step dict itself and logs it with Tracking.log(data=metrics, step=global_steps);
+    the estimator is never given that dict. Called in fit()'s order (a validation log before any step, then per
+    step: the real compute_advantage, verl's own reduce_metrics of verl's own keys, Tracking.log through its `file`
+    backend as trainer.logger=[file]), the hadw/* scalars of each step arrive with that step, equal to the
+    estimator's; none before the first step, none with algorithm.hadw.log_to_tracker=false."""
     from verl.utils.metric import reduce_metrics
     from verl.utils.tracking import Tracking
 
     path = tmp_path / "verl_metrics.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    from hadw.integrations.verl import tracking as hadw_tracking
+
+    STORE.reset()
+    hadw_tracking.take()  # what earlier tests' estimator calls left pending (no fit() logged them)
     tracking = Tracking(project_name="hadw", experiment_name="metrics", default_backend=["file"])
+    tracking.log(data={"val-core/acc": 0.25}, step=0)  # fit(): val_before_train, no advantage computed yet
     sent = {}
     for step in (1, 2, 3):
         correct = torch.rand(4 * G, generator=torch.Generator().manual_seed(step)) < [0.2, 0.5, 0.8][step - 1]
         rewards, mask, uids, correct_f, _ = rollout_batch(correct, step)
-        verl_compute_advantage(algorithm(lam=1.3), rewards, mask, uids)
+        verl_compute_advantage(algorithm(lam=1.3, log_to_tracker=step < 3), rewards, mask, uids)
         assert STORE.last_metrics["hadw/batch_accuracy"] == pytest.approx(float(correct_f.mean()))
-        metrics = {"critic/score/mean": float(correct_f.mean()), **STORE.last_metrics}
-        sent[step] = reduce_metrics({k: [v] for k, v in metrics.items()})
-        tracking.log(data=sent[step], step=step)
+        sent[step] = dict(STORE.last_metrics)
+        tracking.log(data=reduce_metrics({"critic/score/mean": [float(correct_f.mean())]}), step=step)
     tracking.logger["file"].finish()
-    logged = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [entry["step"] for entry in logged] == [1, 2, 3]
-    for entry in logged:
-        hadw_keys = {k for k in entry["data"] if k.startswith("hadw/")}
-        assert hadw_keys >= {"hadw/anchor", "hadw/batch_accuracy", "hadw/phi_mean", "hadw/phi_min", "hadw/phi_max"}
-        assert entry["data"] == pytest.approx(sent[entry["step"]])
-    assert logged[0]["data"]["hadw/anchor"] != logged[2]["data"]["hadw/anchor"]  # a per-step value, not a constant
+    logged = {entry["step"]: entry["data"] for entry in map(json.loads, path.read_text().splitlines())}
+    assert sorted(logged) == [0, 1, 2, 3]
+    assert not [k for k in logged[0] if k.startswith("hadw/")]
+    for step in (1, 2):
+        hadw = {k: v for k, v in logged[step].items() if k.startswith("hadw/")}
+        assert set(hadw) >= {"hadw/anchor", "hadw/batch_accuracy", "hadw/phi_mean", "hadw/phi_min", "hadw/phi_max"}
+        assert hadw == pytest.approx(sent[step]) and "critic/score/mean" in logged[step]
+    assert logged[1]["hadw/anchor"] != logged[2]["hadw/anchor"]  # a per-step value, not a constant
+    assert not [k for k in logged[3] if k.startswith("hadw/")]  # log_to_tracker=false: verl's dict as verl made it
 
 
 def test_start_up_refuses_multi_turn_and_warns_on_filter_groups(caplog, tmp_path):

@@ -2,6 +2,7 @@
 
     estimator.py   `grpo_hadw` (importing it registers it in verl.trainer.ppo.core_algos)
     checkpoint.py  HADWCheckpointCallback (trainer.checkpoint_callback_class), save_anchor / load_anchor
+    tracking.py    the estimator's hadw/* metrics into verl's Tracking.log (its step, its backends)
 
 verl imports the estimator by itself through the `verl.plugins` entry point this package declares
 (verl ≥ 0.9), or through `VERL_USE_EXTERNAL_MODULES=hadw.integrations.verl.estimator` (older verl).

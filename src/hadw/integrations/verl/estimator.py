@@ -29,7 +29,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register
 
 from hadw.core import DEFAULT_LAMBDA, Anchor, HADWOptions, apply_hadw, make_anchor
 from hadw.core.anchors import ANCHOR_KEY_COLUMN, anchor_setting_changes
-from hadw.integrations.verl import ESTIMATOR_NAME
+from hadw.integrations.verl import ESTIMATOR_NAME, tracking
 
 logger = logging.getLogger(__name__)
 # verl sets the root logger to WARNING; our one line per step should still reach the driver's console.
@@ -40,7 +40,7 @@ logger.setLevel(os.environ.get("HADW_LOG_LEVEL", "INFO"))
 class VerlHADWConfig:
     """`algorithm.hadw.*` (all optional), verl's spelling of hadw.core.HADWOptions (docs/train.md has the
     table): `enable` as in verl's `filter_groups.enable`; anchor_options go to the anchor (window: k;
-    kalman: eta, m, eta_min; ema: alpha; fixed: value); metrics_file is verl-only."""
+    kalman: eta, m, eta_min; ema: alpha; fixed: value); metrics_file and log_to_tracker are verl-only."""
 
     enable: bool = True
     lam: float = DEFAULT_LAMBDA
@@ -49,6 +49,7 @@ class VerlHADWConfig:
     correct_threshold: float = 0.5  # a response is correct when its outcome score is > this
     normalize: str = "none"  # none (the paper's Φ) | batch (Φ to mean 1 over the informative responses)
     metrics_file: str | None = None  # append one JSON line of hadw/* metrics per step
+    log_to_tracker: bool = True  # the hadw/* metrics into verl's own logger (trainer.logger), with verl's step
 
     @staticmethod
     def from_config(config: Any) -> VerlHADWConfig:
@@ -214,6 +215,8 @@ def compute_grpo_hadw_outcome_advantage(
     )
     STORE.last_metrics = result.metrics
     _log_metrics(result.metrics, verl.metrics_file)
+    if verl.log_to_tracker and tracking.hook_tracking():
+        tracking.offer(result.metrics)
     advantages = result.advantages.unsqueeze(-1) * response_mask
     return advantages, advantages
 
@@ -233,8 +236,7 @@ def _check_single_output_sessions(index: np.ndarray | list) -> None:
 
 
 def _log_metrics(metrics: dict[str, float], metrics_file: str | None) -> None:
-    # verl's estimator API returns tensors only, so the hadw/* scalars go to the driver log and,
-    # if asked, to a JSON-lines file; verl's own critic/advantages/* already show Φ's effect.
+    # The driver log and, if asked, a JSON-lines file; verl's own logger gets them through `tracking`.
     logger.info("HA-DW %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     if metrics_file:
         os.makedirs(os.path.dirname(os.path.abspath(metrics_file)), exist_ok=True)
