@@ -58,6 +58,18 @@ def test_a_key_trl_cannot_honour_is_refused_in_one_line(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_parent_validates_and_plans_the_launch_without_transformers():
+    """The parent only validates, claims the folder and launches the workers (which load transformers and TRL):
+    before, config validation's look-up of the decoder names imported transformers (~3 s of each launch here)."""
+    code = (
+        "import sys; from hadw.train.config import load_config; from hadw.train.config_checks import validate; "
+        "from hadw.train.engines import trl_launch; validate(load_config(None, ['engine=trl'])); "
+        "print(sorted(m for m in ('transformers', 'trl', 'accelerate') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
 def test_the_batch_arithmetic_keeps_the_native_batch():
     """16 prompts x G=8 a rollout batch, 4 prompts an optimiser step, on 2 processes: 16 completions a process a
     micro-step, 1 accumulation step, 4 micro-steps a generation = 4 optimiser steps a rollout batch."""

@@ -7,13 +7,42 @@ Typical use (tests/test_rollout.py has more):
 >>> new = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, temperature=1.0)
 """
 
-from hadw.rollout.batch import RolloutBatch, RolloutEngine
-from hadw.rollout.engine import DECODERS, ENGINES, HFRolloutEngine, make_engine
-from hadw.rollout.fused import FusedDecoder, fused_unsupported
-from hadw.rollout.graphed import GraphedDecoder
-from hadw.rollout.logprobs import compute_logprobs, position_ids_from_mask, token_logprobs_from_logits
-from hadw.rollout.models import build_tiny_model, build_tiny_tokenizer, load_model, model_device, to_model_device
-from hadw.rollout.sampling import SamplingParams, sample_next_token, top_k_filter, top_p_filter
+import importlib
+
+# Loaded on first use (PEP 562): `hadw.rollout.choices` (the options' allowed values) is imported by config
+# validation without torch or transformers, which the other submodules need.
+_HOMES = {
+    "DECODERS": "choices",
+    "ENGINES": "engine",
+    "FusedDecoder": "fused",
+    "GraphedDecoder": "graphed",
+    "HFRolloutEngine": "engine",
+    "RolloutBatch": "batch",
+    "RolloutEngine": "batch",
+    "SamplingParams": "sampling",
+    "build_tiny_model": "models",
+    "build_tiny_tokenizer": "models",
+    "compute_logprobs": "logprobs",
+    "fused_unsupported": "fused",
+    "load_model": "models",
+    "make_engine": "engine",
+    "model_device": "models",
+    "position_ids_from_mask": "logprobs",
+    "sample_next_token": "sampling",
+    "to_model_device": "models",
+    "token_logprobs_from_logits": "logprobs",
+    "top_k_filter": "sampling",
+    "top_p_filter": "sampling",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'hadw.rollout' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hadw.rollout.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DECODERS",

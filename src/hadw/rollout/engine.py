@@ -23,6 +23,7 @@ from torch.profiler import record_function
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
+from hadw.rollout.choices import DECODERS
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.graphed import GraphedDecoder
 from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
@@ -40,9 +41,6 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     if config_eos is not None:
         ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
     return ids
-
-
-DECODERS = ("auto", "fused", "graph", "hf")
 
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-COMPUTE_DTYPES = ("float32", "bfloat16", "auto")  # model.compute_dtype's values
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU that multiplies bf16 natively
 
 
