@@ -43,6 +43,7 @@ def test_native_config_yaml_is_as_before_the_engine_key():
         (["engine=trl", "algorithm.overlong=penalty"], "algorithm.overlong='penalty' is not supported"),
         (["engine=trl", "trl.vllm=remote"], "trl.vllm='remote' is not allowed; allowed values: none, colocate, server"),
         (["engine=trl", "trl.num_processes=0"], "trl.num_processes=0"),
+        (["engine=trl", "train.steps=0"], "train.steps=0 with engine=trl: TRL trains at least one step"),
         (["engine=trl", "trl.accelerate_config=zero3", "train.eval_every=5"], "allowed: train.eval_every=0"),
         (["engine=trl", "trl.num_processes=3"], "must split evenly over trl.num_processes=3"),
         (["engine=trl", "trl.extra={vllm_server_hots: x}"], "did you mean 'vllm_server_host'?"),
@@ -68,6 +69,27 @@ def test_the_parent_validates_and_plans_the_launch_without_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
+def test_a_worker_that_crashes_is_one_line_after_its_own_traceback(tmp_path, monkeypatch):
+    """The worker's Python error is printed by the worker (its traceback is the one to read); the parent then says
+    one line and exits 1, without a second traceback of its own launch code (before: a 40-line rich traceback)."""
+    from typer.testing import CliRunner
+
+    from hadw.cli import build_app
+    from hadw.train import engines
+    from hadw.train.engines.trl_launch import TRLWorkerError
+
+    def crashed(*args, **kwargs):
+        raise TRLWorkerError("engine=trl: the training process exited with code 1 (its output is above)")
+
+    monkeypatch.setattr(engines, "train_run", crashed)
+    out = CliRunner().invoke(build_app(), ["train", "engine=trl", f"train.output_dir={tmp_path / 'run'}"])
+    assert out.exit_code == 1, out.output
+    assert out.output.strip().splitlines()[-1] == (
+        "error: engine=trl: the training process exited with code 1 (its output is above)"
+    )
+    assert "Traceback" not in out.output and not isinstance(out.exception, TRLWorkerError)
 
 
 def test_the_batch_arithmetic_keeps_the_native_batch():

@@ -9,10 +9,10 @@ Typical use (tests/test_rollout.py has more):
 
 import importlib
 
-# Loaded on first use (PEP 562): `hadw.rollout.choices` (the options' allowed values) is imported by config
+# Loaded on first use (PEP 562): `hadw.rollout.names` (the options' allowed values, Hub ids) is imported by config
 # validation without torch or transformers, which the other submodules need.
 _HOMES = {
-    "DECODERS": "choices",
+    "DECODERS": "names",
     "ENGINES": "engine",
     "FusedDecoder": "fused",
     "GraphedDecoder": "graphed",

@@ -23,12 +23,12 @@ from torch.profiler import record_function
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from hadw.rollout.batch import RolloutBatch, RolloutEngine, check_prompts, left_pad
-from hadw.rollout.choices import DECODERS
 from hadw.rollout.fused import FusedDecoder, fused_unsupported
 from hadw.rollout.graphed import GraphedDecoder
 from hadw.rollout.logprobs import cache_kwarg, prefill_shared, prompt_groups
 from hadw.rollout.memory import rows_per_chunk
 from hadw.rollout.models import model_device
+from hadw.rollout.names import DECODERS
 from hadw.rollout.sampling import SamplingParams, sample_next_token
 
 

@@ -21,7 +21,6 @@ Chat template: ChatML as in Qwen2.5-Instruct,
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +39,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from hadw.errors import UserError
 from hadw.rollout.lora import is_adapter_dir
+from hadw.rollout.names import is_hub_id
 
 TINY_SPECIAL_TOKENS = ("<pad>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 CHATML_TEMPLATE = (
@@ -79,14 +79,8 @@ class ModelNotFoundError(UserError, FileNotFoundError):
     prefix = "model error: "
 
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 # What a causal LM needs from a Hub repository (not its other-framework weights, ONNX exports, ...).
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken", "*.jinja"]
-
-
-def is_hub_id(name: str | Path) -> bool:
-    """ORG/NAME or NAME (letters, digits, . _ -): what could name a Hub repository."""
-    return bool(_HUB_ID.fullmatch(str(name))) and str(name).count("/") <= 1
 
 
 def resolve_model_path(path_or_id: str | Path) -> Path:

@@ -62,9 +62,11 @@ def train(
         return
     # after the config: a mistake in it is one line without transformers (tests/test_cli_startup.py)
     from hadw.train.engines import train_run
+    from hadw.train.engines.trl_launch import TRLWorkerError
     from hadw.train.result import NonFiniteLossError
 
-    _quiet_transformers()
+    if cfg.engine == "native":  # (the engine=trl parent loads no model: its workers have their own logging)
+        _quiet_transformers()
     from hadw.train.model_defaults import start_line
 
     typer.echo(start_line(cfg))  # the first line: what it trains, its recipe and warm start, before anything slow
@@ -73,6 +75,9 @@ def train(
     except NonFiniteLossError as err:
         typer.secho(str(err), fg="red", err=True)
         raise typer.Exit(3) from None
+    except TRLWorkerError as err:  # its traceback is the worker's, above; the parent's would only add the launch
+        typer.secho(f"error: {err}", fg="red", err=True)
+        raise typer.Exit(1) from None
     if result.eval_failure is not None:  # never a 0.000 that is the reward's failure
         typer.secho(
             f"done: {result.run_dir} (final evaluation failed: reward {cfg.reward.correctness!r} failed on every "

@@ -60,7 +60,7 @@ def validate(cfg: Config) -> None:
     from hadw.core import ADVANTAGE_ESTIMATORS, ANCHORS, LOSS_PRESETS, NORMALIZE
     from hadw.core.anchors import BASE_ANCHORS
     from hadw.core.losses import AGGREGATIONS, POLICY_LOSSES
-    from hadw.rollout.choices import COMPUTE_DTYPES, DECODERS
+    from hadw.rollout.names import COMPUTE_DTYPES, DECODERS
 
     a, r, t = cfg.algorithm, cfg.rollout, cfg.train
     _choice("engine", cfg.engine, ("native", "trl"))

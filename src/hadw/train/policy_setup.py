@@ -18,7 +18,8 @@ from hadw.data import Problem, render_prompt
 from hadw.data.templates import prompt_token_limit, prompt_too_long
 from hadw.errors import UserError
 from hadw.rollout import build_tiny_model, load_model
-from hadw.rollout.models import is_hub_id, model_load_error
+from hadw.rollout.models import model_load_error
+from hadw.rollout.names import is_hub_id
 from hadw.train.config import Config, ConfigError
 from hadw.train.model_defaults import shipped_warm_start
 

@@ -87,6 +87,11 @@ def check_trl(cfg: Config) -> None:
             "train.eval_every with trl.accelerate_config=zero3: the periodic evaluation samples on rank 0 alone; "
             "allowed: train.eval_every=0 (the final evaluation reads the gathered final_model/)"
         )
+    if cfg.train.steps < 1:  # transformers' Trainer raises on max_steps=0 in every rank (a traceback each)
+        raise ConfigError(
+            f"train.steps={cfg.train.steps} with engine=trl: TRL trains at least one step; allowed: train.steps >= 1 "
+            "(hadw eval MODEL evaluates a model without training it)"
+        )
     if not all(isinstance(a, str) for a in t.launch_args):
         raise ConfigError(f"trl.launch_args={t.launch_args!r}: allowed: a list of strings (accelerate launch flags)")
     for key, (allowed, why) in NATIVE_ONLY.items():

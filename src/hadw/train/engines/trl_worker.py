@@ -41,7 +41,7 @@ def start_model(cfg) -> str:
     from hadw.train.model_defaults import shipped_warm_start
 
     if cfg.model.path:
-        from hadw.rollout.models import is_hub_id
+        from hadw.rollout.names import is_hub_id
 
         path = Path(cfg.model.path)
         if not path.exists() and not is_hub_id(cfg.model.path):
