@@ -12,4 +12,6 @@ bash scripts/setup_slurm.sh || echo "scripts/setup_slurm.sh failed: the Slurm la
 source scripts/offline_env.sh
 .venv/bin/ruff check src tests benchmarks examples
 .venv/bin/ruff format --check src tests benchmarks examples
-.venv/bin/python -m pytest -q "$@"
+# Two pytest-xdist workers: the suite is CPU-bound, and the daemon tests' waits (Slurm requeues, a time limit)
+# leave a core to the other worker. The Ray / Slurm module runs on one worker, first (tests/conftest.py).
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"

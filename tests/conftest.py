@@ -54,17 +54,41 @@ def _in_a_scratch_folder(tmp_path_factory, monkeypatch):
 
 BAD_INPUT_OUTCOMES = pytest.StashKey[dict]()
 OUTCOME_ORDER = ("one-line", "accepted", "traceback", "silent", "hang", "other")
+_OUTCOME_PROPERTY = "hadw_bad_input_outcome"
+
+
+_OUTCOMES: dict[str, str] = {}  # this process's tally (the controller's, under pytest-xdist)
 
 
 def pytest_configure(config):
-    config.stash[BAD_INPUT_OUTCOMES] = {}
+    config.stash[BAD_INPUT_OUTCOMES] = _OUTCOMES
 
 
 @pytest.fixture
 def record_outcome(request):
-    """record_outcome(case_id, outcome): one of OUTCOME_ORDER, counted in the session summary line."""
-    outcomes = request.config.stash[BAD_INPUT_OUTCOMES]
-    return outcomes.__setitem__
+    """record_outcome(case_id, outcome): one of OUTCOME_ORDER, counted in the session summary line. The outcome
+    travels in the test's report (user_properties), so that the summary also counts the cases a pytest-xdist
+    worker ran (scripts/test.sh runs the suite on two)."""
+
+    def record(case_id: str, outcome: str) -> None:
+        request.node.user_properties.append((_OUTCOME_PROPERTY, (case_id, outcome)))
+
+    return record
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":  # user_properties are complete in the teardown report
+        return
+    for name, value in report.user_properties:
+        if name == _OUTCOME_PROPERTY:
+            case_id, outcome = value
+            _OUTCOMES[case_id] = outcome
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The Ray / Slurm module (xdist_group "daemons", ~7 minutes on 2 cores) first: under pytest-xdist its worker
+    starts on it at once while the other runs the rest, instead of being handed it half-way and ending last."""
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable: order kept otherwise
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import click.testing
@@ -1443,3 +1444,18 @@ def test_a_yaml_merge_key_is_yaml(tmp_path):
     path.write_text("rollout:\n  <<: {group_size: 4, max_new_tokens: 8}\n  max_new_tokens: 9\n")
     cfg = load_config(path, [])
     assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (4, 9)
+
+
+def test_a_refused_pickle_is_one_line_the_first_time_too(files, tmp_path):
+    """Run first in its process (pytest-xdist found it), the refusal came after torch's warning about the pickle's
+    protocol: two lines. The warning registry is reset here, so the order of the suite does not hide it."""
+    from hadw.rollout.models import load_model, model_load_error
+
+    folder = _model_variant(files["model"], tmp_path / "m_pickle", _pickle_weights)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        warnings.simplefilter("always")
+        with pytest.raises(Exception) as refused:
+            load_model(folder)
+    assert "refused: it could run code" in model_load_error(refused.value)
+    assert [str(w.message)[:60] for w in caught if "pickle" in str(w.message)] == []

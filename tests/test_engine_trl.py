@@ -251,7 +251,9 @@ def test_a_reward_error_in_the_worker_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.slow
 def test_compare_sweeps_seeds_and_arms_on_the_trl_engine(tmp_path):
     out = tmp_path / "cmp"
-    sets = [x for o in _recipe(tmp_path, "train.steps=2", "trl.num_processes=2") for x in ("--set", o)]  # 2 gloo ranks
+    # One process per run: the sweep's machinery is under test here; two gloo ranks are the run-folder test's
+    # (each 2-rank launch costs ~10 s more on 2 cores), and a task's slots the cluster dry runs'.
+    sets = [x for o in _recipe(tmp_path, "train.steps=2") for x in ("--set", o)]
     args = ["compare", "--out", str(out), "--arm", "grpo:", "--arm", "hadw:hadw.enabled=true", "--seeds", "0-1"]
     done = _hadw(*args, *sets, "--smooth", "1", cwd=tmp_path, timeout=400)
     assert "runs: 4 trained, 0 resumed, 0 reused, 0 failed" in done.stderr, done.stderr[-2000:]

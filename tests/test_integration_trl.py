@@ -300,6 +300,14 @@ def _ddp_worker(model_dir: str, out_dir: str) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.slow
 def test_two_processes_share_one_anchor(tiny_model, tmp_path):
     accelerate = Path(sys.executable).with_name("accelerate")
@@ -320,6 +328,8 @@ def test_two_processes_share_one_anchor(tiny_model, tmp_path):
         "no",
         "--dynamo_backend",
         "no",
+        "--main_process_port",  # a free port: another test (another pytest-xdist worker) may hold accelerate's 29500
+        str(_free_port()),
         __file__,
         str(tiny_model),
         str(tmp_path),

@@ -42,6 +42,11 @@ RUNS = [(a, s) for a in ("grpo", "hadw") for s in (0, 1)]
 NOT_DETERMINISTIC = ("timing_s/", "perf/")  # wall-clock and memory readings: everything else must match
 
 
+# The Ray and Slurm daemons and the sweeps they run share this module's fixtures: under pytest-xdist one worker
+# runs them all, one after another (scripts/test.sh), while the other worker runs the rest of the suite.
+pytestmark = pytest.mark.xdist_group("daemons")
+
+
 def flat(output: str) -> str:
     """CLI output without rich's box drawing and line wrapping."""
     return " ".join(output.replace("│", " ").split())

@@ -133,7 +133,7 @@ def test_eval_of_a_lora_run_loads_base_plus_adapter_and_merged_model_matches(tin
 
     result = CliRunner().invoke(build_app(), ["eval", str(run), "--limit", "2", "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert "final_model" in result.output
+    assert "final_model" in "".join(result.output.split())  # rich wraps a long path (pytest-xdist's tmp is longer)
 
 
 def test_an_adapter_whose_base_is_gone_is_one_line(tiny_path, tmp_path):

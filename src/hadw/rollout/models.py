@@ -21,6 +21,7 @@ Chat template: ChatML as in Qwen2.5-Instruct,
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -142,9 +143,13 @@ def load_model(
             raise ValueError(f"load_model: tokenizer in {path} has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=_DTYPES[dtype], local_files_only=True, trust_remote_code=trust_remote_code
-    )
+    with warnings.catch_warnings():
+        # torch's weights-only unpickler warns about the protocol of a pickle it is about to refuse: the refusal is
+        # the one line (model_load_error); the warning would be a second one, printed the first time only
+        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=_DTYPES[dtype], local_files_only=True, trust_remote_code=trust_remote_code
+        )
     model.to(_resolve_device(device)).eval()
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
