@@ -28,6 +28,7 @@ from hadw.integrations.trl import (
     resolve_reward_index,
 )
 from hadw.rollout.models import build_tiny_model
+from hadw.train.engines.trl_launch import _free_port as free_port
 
 G = 4  # completions per prompt
 TRL_EPS = 1e-4  # TRL divides by (sample std + 1e-4)
@@ -300,14 +301,6 @@ def _ddp_worker(model_dir: str, out_dir: str) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_share_one_anchor(tiny_model, tmp_path):
     accelerate = Path(sys.executable).with_name("accelerate")
@@ -329,7 +322,7 @@ def test_two_processes_share_one_anchor(tiny_model, tmp_path):
         "--dynamo_backend",
         "no",
         "--main_process_port",  # a free port: another test (another pytest-xdist worker) may hold accelerate's 29500
-        str(_free_port()),
+        str(free_port()),
         __file__,
         str(tiny_model),
         str(tmp_path),
