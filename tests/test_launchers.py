@@ -89,6 +89,16 @@ def local_sweep(tmp_path_factory) -> Path:
     return out
 
 
+def test_this_module_shares_one_pytest_xdist_worker(request):
+    """Under scripts/test.sh (-n 2 --dist loadgroup) every test here runs on one worker, so one Ray cluster and one
+    Slurm cluster exist at a time while the other worker runs the rest. xdist marks the group in the test's node
+    id; with pytest 9.2 and pytest-xdist 3.8 that mark silently did not take (pytest-xdist issue 1386): each
+    worker started its own Ray and Slurm daemons and the sweeps ran at once (the test extra pins pytest < 9.2)."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not under pytest-xdist --dist loadgroup (scripts/test.sh runs it so)")
+    assert request.node.nodeid.endswith("@daemons"), request.node.nodeid
+
+
 # ------------------------------------------------------------------------------------------- no daemon
 def test_progress_line_counts_settled_and_submitted_runs():
     lines = []
